@@ -1,0 +1,189 @@
+"""fast_align's file formats, read and written exactly.
+
+* input corpus: one pair a line, ``source tokens ||| target tokens``;
+* alignments: Pharaoh ``i-j`` pairs (source index - target index, 0-based), one line per pair,
+  an empty line when nothing is aligned;
+* conditional probability table (``fast_align -p``): ``x<TAB>y<TAB>ln p(y|x)``, NULL written ``<eps>``,
+  numbers as C++ ``ostream`` prints a double (6 significant digits, i.e. ``%.6g``).
+
+Every writer goes through :func:`write_atomically` so a crash never leaves a half-written file.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nat_kd.corpus import CorpusError, read_lines
+
+NULL_WORD = "<eps>"
+SEPARATOR = "|||"
+
+
+def write_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path`` and rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------- parallel text (`src ||| tgt`)
+
+def check_pair(src: str, tgt: str, number: int, src_name: str, tgt_name: str) -> None:
+    """Reject what fast_align would misread: an empty side, or a ``|||`` token inside a sentence."""
+    for text, name in ((src, src_name), (tgt, tgt_name)):
+        if not text.split():
+            raise CorpusError(f"{name}:{number}: empty line; fast_align cannot align an empty sentence. "
+                              "Remove this pair from both files (or pass --drop-empty).")
+        if SEPARATOR in text.split():
+            raise CorpusError(f"{name}:{number}: the token '|||' occurs inside the sentence; it is fast_align's "
+                              "source/target separator. Replace it (e.g. with '| | |') before aligning.")
+
+
+def format_parallel(src: list[str], tgt: list[str]) -> str:
+    """fast_align's input text for line-aligned, tokenised sentences (checked beforehand)."""
+    return "".join(f"{s} {SEPARATOR} {t}\n" for s, t in zip(src, tgt))
+
+
+def read_parallel_text(path: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """Source and target sides of a ``src ||| tgt`` file, split at the first ``|||`` token as fast_align does."""
+    src, tgt = [], []
+    for number, line in enumerate(read_lines(path), 1):
+        tokens = line.split()
+        if SEPARATOR not in tokens:
+            raise CorpusError(f"{path}:{number}: no ' ||| ' separator; each line must be 'source ||| target'")
+        cut = tokens.index(SEPARATOR)
+        s, t = " ".join(tokens[:cut]), " ".join(tokens[cut + 1:])
+        if not s or not t:
+            raise CorpusError(f"{path}:{number}: empty source or target side; remove the line")
+        src.append(s)
+        tgt.append(t)
+    return src, tgt
+
+
+# ---------------------------------------------------------------- Pharaoh alignments
+
+@dataclass
+class Alignments:
+    """All links of a corpus as flat arrays: sentence number, source index, target index (0-based)."""
+
+    sentence: np.ndarray
+    source: np.ndarray
+    target: np.ndarray
+    num_sentences: int
+
+    def links_of(self, n: int) -> list[tuple[int, int]]:
+        mask = self.sentence == n
+        return list(zip(self.source[mask].tolist(), self.target[mask].tolist()))
+
+
+def format_alignments(al: Alignments) -> str:
+    """Pharaoh text: per sentence, links in stored order, ``i-j`` joined by spaces."""
+    pieces = np.char.add(np.char.add(al.source.astype(str), "-"), al.target.astype(str))
+    starts = np.searchsorted(al.sentence, np.arange(al.num_sentences + 1))
+    return "".join(" ".join(pieces[starts[n]:starts[n + 1]].tolist()) + "\n" for n in range(al.num_sentences))
+
+
+def read_alignments(path: str | os.PathLike) -> Alignments:
+    """Parse a Pharaoh file; malformed links name file and line."""
+    sentence, source, target = [], [], []
+    lines = read_lines(path)
+    for number, line in enumerate(lines, 1):
+        for link in line.split():
+            i, dash, j = link.partition("-")
+            if not dash or not i.isdigit() or not j.isdigit():
+                raise CorpusError(f"{path}:{number}: malformed alignment link {link!r}; expected 'i-j' "
+                                  "with 0-based source and target indices")
+            sentence.append(number - 1)
+            source.append(int(i))
+            target.append(int(j))
+    return Alignments(np.array(sentence, dtype=np.int64), np.array(source, dtype=np.int64),
+                      np.array(target, dtype=np.int64), len(lines))
+
+
+# ---------------------------------------------------------------- conditional probability tables
+
+@dataclass
+class TranslationTable:
+    """Sparse p(y|x): parallel arrays of row word id, column word id and probability.
+
+    Row 0 of ``rows`` may be the NULL word ``<eps>``; rows and columns have separate vocabularies.
+    """
+
+    rows: list[str]
+    cols: list[str]
+    row: np.ndarray
+    col: np.ndarray
+    prob: np.ndarray
+
+    def pruned(self, beam_threshold: float) -> "TranslationTable":
+        """Keep entries with ln p >= -ln(max_p) * beam_threshold, fast_align's ``-p`` export rule.
+
+        With the default threshold -4 this keeps p >= max_p**4 within each row.
+        """
+        max_p = np.full(len(self.rows), -1.0)
+        np.maximum.at(max_p, self.row, self.prob)
+        with np.errstate(divide="ignore"):
+            keep = np.log(self.prob) >= -np.log(max_p[self.row]) * beam_threshold
+        return TranslationTable(self.rows, self.cols, self.row[keep], self.col[keep], self.prob[keep])
+
+    def without_null(self) -> "TranslationTable":
+        keep = np.array([w != NULL_WORD for w in self.rows])[self.row]
+        return TranslationTable(self.rows, self.cols, self.row[keep], self.col[keep], self.prob[keep])
+
+    def normalised(self) -> "TranslationTable":
+        """Rows rescaled to sum to one (pruned and variational-Bayes rows do not)."""
+        totals = np.bincount(self.row, self.prob, minlength=len(self.rows))
+        return TranslationTable(self.rows, self.cols, self.row, self.col, self.prob / totals[self.row])
+
+    def present_rows(self) -> np.ndarray:
+        """Ids of rows with at least one entry."""
+        return np.flatnonzero(np.bincount(self.row, minlength=len(self.rows)))
+
+
+def format_table(table: TranslationTable) -> str:
+    """fast_align's ``-p`` text: rows in row order, entries in stored order, ln p as ``%.6g``."""
+    order = np.argsort(table.row, kind="stable")
+    rows = np.array(table.rows, dtype=object)[table.row[order]]
+    cols = np.array(table.cols, dtype=object)[table.col[order]]
+    with np.errstate(divide="ignore"):
+        logp = np.char.mod("%.6g", np.log(table.prob[order]))
+    return "".join(f"{a}\t{b}\t{c}\n" for a, b, c in zip(rows.tolist(), cols.tolist(), logp.tolist()))
+
+
+def read_table(path: str | os.PathLike) -> TranslationTable:
+    """Parse a ``-p`` table; a malformed line names file and line number."""
+    row_ids: dict[str, int] = {}
+    col_ids: dict[str, int] = {}
+    row, col, logp = [], [], []
+    for number, line in enumerate(read_lines(path), 1):
+        fields = line.split("\t")
+        if len(fields) != 3 or not fields[0] or not fields[1]:
+            raise CorpusError(f"{path}:{number}: malformed table line {line[:60]!r}; expected "
+                              "'source<TAB>target<TAB>log-probability' as written by fast_align -p")
+        try:
+            value = float(fields[2])
+        except ValueError:
+            raise CorpusError(f"{path}:{number}: {fields[2]!r} is not a number; the third column must be "
+                              "ln p(target|source)") from None
+        if value > 1e-6 or value != value:
+            raise CorpusError(f"{path}:{number}: log-probability {fields[2]} > 0; the third column must be "
+                              "a natural-log probability (<= 0)")
+        row.append(row_ids.setdefault(fields[0], len(row_ids)))
+        col.append(col_ids.setdefault(fields[1], len(col_ids)))
+        logp.append(value)
+    if not row:
+        raise CorpusError(f"{path}: empty table; run the aligner with -p (conditional probabilities) first")
+    return TranslationTable(list(row_ids), list(col_ids), np.array(row, dtype=np.int64),
+                            np.array(col, dtype=np.int64), np.exp(np.array(logp)))

@@ -1,0 +1,278 @@
+"""Command line: ``python -m nat_kd.analyze {align,complexity,faithfulness,reordering,modes,report}``.
+
+A thin face over the library (nat_kd.align, nat_kd.metrics, nat_kd.report); see docs/analysis.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from nat_kd.align import AlignerOptions
+from nat_kd.alignment_io import (format_alignments, format_table, read_alignments, read_parallel_text,
+                                 read_table, write_atomically)
+from nat_kd.corpus import CorpusError, data_dir, read_lines, read_parallel, split_file
+from nat_kd.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
+from nat_kd.metrics.base import ALIGNERS
+from nat_kd.metrics.faithfulness import DEFAULT_FLOOR
+from nat_kd.tokenizers import TOKENIZERS, get_tokenizer
+
+
+# ------------------------------------------------------------------ shared flags
+
+def add_tokenizer_flags(parser):
+    group = parser.add_argument_group("tokenisation")
+    group.add_argument("--tok", choices=TOKENIZERS, default="13a",
+                       help="sacrebleu's 13a (default), none (text already tokenised), spm (sentencepiece)")
+    group.add_argument("--spm-model", help="sentencepiece .model file for --tok spm")
+    group.add_argument("--lowercase", "-lc", action=argparse.BooleanOptionalAction, default=True,
+                       help="lowercase before tokenising (default: yes)")
+
+
+def add_aligner_flags(parser, recommended: bool):
+    """fast_align's flags. Analysis commands default to its '[USE]' settings -d -o -v; ``align`` to none."""
+    group = parser.add_argument_group("aligner (fast_align options)")
+    group.add_argument("--aligner", choices=ALIGNERS, default="builtin",
+                       help="builtin numpy model (default) or a fast_align executable on PATH")
+    group.add_argument("-d", "--favor-diagonal", action=argparse.BooleanOptionalAction, default=recommended)
+    group.add_argument("-o", "--optimize-tension", action=argparse.BooleanOptionalAction, default=recommended)
+    group.add_argument("-v", "--variational-bayes", action=argparse.BooleanOptionalAction, default=recommended)
+    group.add_argument("-a", "--alpha", type=float, default=0.01, help="Dirichlet prior alpha for -v")
+    group.add_argument("-I", "--iterations", type=int, default=5)
+    group.add_argument("-T", "--diagonal-tension", type=float, default=4.0, help="initial tension")
+    group.add_argument("-q", "--p-null", type=float, default=0.08, help="NULL alignment probability")
+    group.add_argument("-N", "--no-null-word", action="store_true")
+    group.add_argument("-r", "--reverse", action="store_true", help="align target to source")
+    group.add_argument("-t", "--beam-threshold", type=float, default=-4.0,
+                       help="table export keeps p >= max_p ** -t within each row")
+    group.add_argument("--drop-empty", action="store_true",
+                       help="drop pairs with an empty side instead of stopping with an error")
+
+
+def aligner_options(args) -> AlignerOptions:
+    return AlignerOptions(iterations=args.iterations, favor_diagonal=args.favor_diagonal,
+                          optimize_tension=args.optimize_tension, variational_bayes=args.variational_bayes,
+                          alpha=args.alpha, diagonal_tension=args.diagonal_tension, p_null=args.p_null,
+                          no_null_word=args.no_null_word, reverse=args.reverse, beam_threshold=args.beam_threshold)
+
+
+def add_text_inputs(parser, prefix: str = "", required: bool = False):
+    flag = prefix.replace("_", "-")
+    parser.add_argument(f"--{flag}src", dest=f"{prefix}src", help="raw source text, one sentence a line (.gz ok)")
+    parser.add_argument(f"--{flag}tgt", dest=f"{prefix}tgt", help="raw target text, line-aligned with the source")
+    if not prefix:
+        parser.add_argument("-i", "--input", help="pre-tokenised fast_align input 'src ||| tgt' (implies --tok none)")
+
+
+def aligned_from_args(args, prefix: str = ""):
+    """Tokenise and align the text the arguments name."""
+    options = aligner_options(args)
+    src_file, tgt_file = getattr(args, f"{prefix}src"), getattr(args, f"{prefix}tgt")
+    if not prefix and getattr(args, "input", None):
+        src, tgt = read_parallel_text(args.input)
+        tokenizer, names = get_tokenizer("none", args.lowercase), (args.input, args.input)
+    elif src_file and tgt_file:
+        src, tgt = read_parallel(Path(src_file), Path(tgt_file))
+        tokenizer, names = get_tokenizer(args.tok, args.lowercase, args.spm_model), (src_file, tgt_file)
+    else:
+        flag = "--src/--tgt or -i" if not prefix else f"--{prefix.replace('_', '-')}src and --{prefix.replace('_', '-')}tgt"
+        raise CorpusError(f"no input: pass {flag}")
+    return align_corpus(src, tgt, tokenizer, options, args.aligner, names, args.drop_empty)
+
+
+def emit_json(path, payload):
+    if path:
+        write_atomically(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+
+
+# ------------------------------------------------------------------ subcommands
+
+def cmd_align(args):
+    aligned = aligned_from_args(args)
+    text = format_alignments(aligned.result.alignments)
+    if args.alignments:
+        write_atomically(args.alignments, text)
+    else:
+        sys.stdout.write(text)
+    if args.p:
+        write_atomically(args.p, format_table(aligned.result.exported_table()))
+    print(f"aligned {len(aligned.src_tokens)} pairs | {aligned.settings}", file=sys.stderr)
+
+
+def cmd_complexity(args):
+    metric = Complexity(args.log_base)
+    if args.table:
+        score = metric.table_score(read_table(args.table), {"table": args.table})
+    else:
+        aligned = aligned_from_args(args)
+        score = metric.table_score(aligned.result.exported_table(), aligned.settings)
+    print(score.format())
+    if args.top:
+        print("most uncertain: " + ", ".join(f"{w} {h:.3f}" for w, h in score.most_uncertain(args.top)))
+        print("least uncertain: " + ", ".join(f"{w} {h:.3f}" for w, h in score.least_uncertain(args.top)))
+    emit_json(args.json, {"score": score.score, "vocab_size": score.vocab_size, "unit": score.unit,
+                          "most_uncertain": score.most_uncertain(args.top or 10),
+                          "least_uncertain": score.least_uncertain(args.top or 10),
+                          "signature": str(score.signature)})
+
+
+def cmd_faithfulness(args):
+    metric = Faithfulness(args.log_base, args.floor)
+    if args.real_table and args.distilled_table:
+        score = metric.table_score(read_table(args.real_table), read_table(args.distilled_table),
+                                   {"tables": f"{args.real_table},{args.distilled_table}"})
+    else:
+        real = aligned_from_args(args, "real_")
+        distilled = aligned_from_args(args, "distilled_")
+        score = metric.table_score(real.result.exported_table(), distilled.result.exported_table(), real.settings)
+    print(score.format())
+    emit_json(args.json, {"score": score.score, "vocab_size": score.vocab_size,
+                          "missing_words": score.missing_words, "signature": str(score.signature)})
+
+
+def cmd_reordering(args):
+    metric = Reordering()
+    if args.alignments:
+        score = metric.corpus_score(read_alignments(args.alignments), {"alignments": args.alignments})
+    else:
+        aligned = aligned_from_args(args)
+        score = metric.corpus_score(aligned.result.alignments, aligned.settings)
+    print(score.format())
+    if args.per_sentence:
+        write_atomically(args.per_sentence, "".join("nan\n" if s != s else f"{s:.6f}\n" for s in score.sentences))
+    emit_json(args.json, {"score": score.score, "sentences": len(score.sentences), "skipped": score.skipped,
+                          "signature": str(score.signature)})
+
+
+def parse_pairs(items, what):
+    out = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not (key and eq and value):
+            raise CorpusError(f"{what} {item!r}: expected LANG=VALUE")
+        out[key] = value
+    return out
+
+
+def cmd_modes(args):
+    tokenizer = get_tokenizer(args.tok, args.lowercase, args.spm_model)
+    texts = {lang: tokenizer.corpus(read_lines(path)) for lang, path in parse_pairs(args.lang, "--lang").items()}
+    if len(texts) < 2:
+        raise CorpusError("--lang: give at least two languages, e.g. --lang de=train.de --lang fr=train.fr")
+    prior = {k: float(v) for k, v in parse_pairs(args.prior, "--prior").items()}
+    score = Modes(UnigramModels.from_texts(texts, prior)).corpus_score(
+        tokenizer.corpus(read_lines(args.outputs)), tokenizer.settings)
+    print(score.format())
+    print("argmax share: " + ", ".join(f"{k}={v:.3f}" for k, v in score.argmax_share.items()))
+    emit_json(args.json, {"mean_purity": score.mean_purity, "mix": score.mix, "argmax_share": score.argmax_share,
+                          "unknown": score.unknown, "signature": str(score.signature)})
+
+
+def cmd_report(args):
+    from nat_kd.report import AnalysisReport, DataSet, set_from_arg, set_from_dir
+
+    if args.real_src and args.real_tgt:
+        real = DataSet(args.real_name, Path(args.real_src), Path(args.real_tgt))
+    else:
+        directory = data_dir(args.data_dir)
+        real = DataSet(args.real_name, split_file(directory, args.split, args.src_lang),
+                       split_file(directory, args.split, args.tgt_lang))
+    sets = [set_from_arg(s) for s in args.set or []]
+    sets += [set_from_dir(d, args.split, args.src_lang, args.tgt_lang) for d in args.set_dir or []]
+    mode_texts = {lang: read_lines(path) for lang, path in parse_pairs(args.lang, "--lang").items()}
+    report = AnalysisReport(get_tokenizer(args.tok, args.lowercase, args.spm_model), aligner_options(args),
+                            args.aligner, args.log_base, args.floor, mode_texts, args.drop_empty).run(real, sets)
+    paths = report.write(args.out)
+    sys.stdout.write(report.to_markdown())
+    print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
+
+
+# ------------------------------------------------------------------ parser
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nat-kd-analyze", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("align", help="fast_align-compatible word alignment (Pharaoh links, -p table)")
+    add_text_inputs(p)
+    add_tokenizer_flags(p)
+    add_aligner_flags(p, recommended=False)
+    p.add_argument("--alignments", help="write Pharaoh links here (default: stdout)")
+    p.add_argument("-p", help="write the conditional probability table here, as fast_align -p")
+    p.set_defaults(func=cmd_align)
+
+    p = sub.add_parser("complexity", help="C(d): mean entropy of the source words' translation distributions")
+    add_text_inputs(p)
+    p.add_argument("--table", help="a ready fast_align -p table instead of text")
+    add_tokenizer_flags(p)
+    add_aligner_flags(p, recommended=True)
+    p.add_argument("-b", "--log-base", choices=("e", "2"), default="e", help="e: nats (default), 2: bits")
+    p.add_argument("--top", type=int, default=10, help="list the K most and least uncertain source words")
+    p.add_argument("--json", help="also write the result as JSON here")
+    p.set_defaults(func=cmd_complexity)
+
+    p = sub.add_parser("faithfulness", help="F(d): mean KL(p_real(.|x) || p_distilled(.|x))")
+    add_text_inputs(p, "real_")
+    add_text_inputs(p, "distilled_")
+    p.add_argument("--real-table", help="ready fast_align -p table of the real data")
+    p.add_argument("--distilled-table", help="ready fast_align -p table of the distilled data")
+    add_tokenizer_flags(p)
+    add_aligner_flags(p, recommended=True)
+    p.add_argument("-b", "--log-base", choices=("e", "2"), default="e")
+    p.add_argument("--floor", type=float, default=DEFAULT_FLOOR,
+                   help="probability given to translations the distilled table lacks (default 1e-9)")
+    p.add_argument("--json")
+    p.set_defaults(func=cmd_faithfulness)
+
+    p = sub.add_parser("reordering", help="fuzzy reordering score (Talbot et al. 2011)")
+    add_text_inputs(p)
+    p.add_argument("--alignments", help="a ready Pharaoh alignment file (source-target) instead of text")
+    add_tokenizer_flags(p)
+    add_aligner_flags(p, recommended=True)
+    p.add_argument("--per-sentence", help="write each sentence's score here, one a line")
+    p.add_argument("--json")
+    p.set_defaults(func=cmd_reordering)
+
+    p = sub.add_parser("modes", help="language posteriors p(l|y) of outputs under per-language unigram models")
+    p.add_argument("outputs", help="output sentences, one a line")
+    p.add_argument("--lang", action="append", metavar="LANG=FILE", help="text of one mode (repeat)")
+    p.add_argument("--prior", action="append", metavar="LANG=P", help="prior p(l) (default uniform)")
+    add_tokenizer_flags(p)
+    p.add_argument("--json")
+    p.set_defaults(func=cmd_modes)
+
+    p = sub.add_parser("report", help="table + figures: real data versus distilled sets")
+    p.add_argument("--real-src", help="real source text (default: DATA_DIR/SPLIT.SRC_LANG)")
+    p.add_argument("--real-tgt", help="real target text (default: DATA_DIR/SPLIT.TGT_LANG)")
+    p.add_argument("--real-name", default="real")
+    p.add_argument("--data-dir", help="Multi30k raw folder (default: $NAT_KD_DATA or ../shared/data/multi30k)")
+    p.add_argument("--split", default="train")
+    p.add_argument("--src-lang", default="en")
+    p.add_argument("--tgt-lang", default="de")
+    p.add_argument("--set", action="append", metavar="NAME=SRC_FILE,TGT_FILE", help="a distilled set (repeat)")
+    p.add_argument("--set-dir", action="append", metavar="DIR",
+                   help="a distilled set directory with SPLIT.SRC_LANG, SPLIT.TGT_LANG, optional meta.json")
+    p.add_argument("--lang", action="append", metavar="LANG=FILE",
+                   help="per-language texts for the mode-mix diagnostic (repeat; optional)")
+    p.add_argument("--out", required=True, help="folder for report.md, report.json and the figures")
+    add_tokenizer_flags(p)
+    add_aligner_flags(p, recommended=True)
+    p.add_argument("-b", "--log-base", choices=("e", "2"), default="e")
+    p.add_argument("--floor", type=float, default=DEFAULT_FLOOR)
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (CorpusError, ValueError, OSError) as err:
+        print(f"nat-kd-analyze {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Corpus complexity C(d) = (1/|Vx|) sum_x H(y|x) (Zhou, Gu & Neubig, ICLR 2020).
+
+H(y|x) is the entropy of source word x's translation distribution in a fast_align table, each row first
+renormalised (pruned rows and variational-Bayes rows do not sum to one). The NULL row is left out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nat_kd.alignment_io import TranslationTable
+from nat_kd.metrics.base import Signature, log_base_divisor
+
+
+def row_entropies(table: TranslationTable) -> tuple[np.ndarray, np.ndarray]:
+    """(row ids present, entropy in nats of each), NULL excluded, rows renormalised."""
+    table = table.without_null().normalised()
+    plogp = table.prob * np.log(table.prob)
+    entropy = -np.bincount(table.row, plogp, minlength=len(table.rows))
+    present = table.present_rows()
+    return present, np.maximum(entropy[present], 0.0)  # -0.0 and rounding dust on one-entry rows
+
+
+@dataclass
+class ComplexityScore:
+    score: float
+    vocab_size: int
+    words: list[str]           # every source word, sorted from most to least uncertain
+    entropies: np.ndarray      # their entropies, same order, in the score's unit
+    signature: Signature
+
+    @property
+    def unit(self) -> str:
+        return "bits" if self.signature.settings.get("log") == "2" else "nats"
+
+    def most_uncertain(self, k: int = 10) -> list[tuple[str, float]]:
+        return list(zip(self.words[:k], self.entropies[:k].tolist()))
+
+    def least_uncertain(self, k: int = 10) -> list[tuple[str, float]]:
+        return list(zip(self.words[::-1][:k], self.entropies[::-1][:k].tolist()))
+
+    def format(self) -> str:
+        return f"C(d) = {self.score:.4f} {self.unit} over |Vx| = {self.vocab_size} | {self.signature}"
+
+
+class Complexity:
+    """C(d) of a translation table; ``log_base`` 'e' (nats, default) or '2' (bits)."""
+
+    def __init__(self, log_base: str = "e"):
+        self.log_base = log_base
+        self.divisor = log_base_divisor(log_base)
+
+    def table_score(self, table: TranslationTable, settings: dict | None = None) -> ComplexityScore:
+        present, entropy = row_entropies(table)
+        entropy = entropy / self.divisor
+        order = np.argsort(-entropy, kind="stable")
+        words = [table.rows[r] for r in present[order]]
+        return ComplexityScore(float(entropy.mean()) if len(entropy) else float("nan"), len(present), words,
+                               entropy[order], Signature("complexity", {**(settings or {}), "log": self.log_base}))

@@ -1,0 +1,87 @@
+"""Faithfulness F(d) = (1/|Vx|) sum_x KL(p_real(.|x) || p_distilled(.|x)) (Zhou, Gu & Neubig, ICLR 2020).
+
+Both tables are renormalised row by row and their NULL rows dropped. The sum runs over the real table's
+source vocabulary. Smoothing floor (``floor``, default 1e-9, fast_align's own probability for an unseen
+pair):
+
+* x in both tables, y seen in the real row but missing from the distilled row: q(y|x) = floor, and the
+  distilled row is rescaled by 1 / (1 + k * floor) (k such y) so it still sums to one: KL stays >= 0;
+* x absent from the distilled table: q(y|x) = floor for every y of the real row, so that word costs
+  ln(1/floor) - H(p_real(.|x)) (about 20.7 nats), reported as ``missing_words``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nat_kd.alignment_io import TranslationTable
+from nat_kd.metrics.base import Signature, log_base_divisor
+
+DEFAULT_FLOOR = 1e-9
+
+
+def _lookup(keys: np.ndarray, table_keys: np.ndarray, table_values: np.ndarray) -> np.ndarray:
+    """Value of each key in a (key -> value) table; NaN where absent."""
+    order = np.argsort(table_keys)
+    sorted_keys = table_keys[order]
+    pos = np.minimum(np.searchsorted(sorted_keys, keys), max(len(sorted_keys) - 1, 0))
+    found = (sorted_keys[pos] == keys) if len(sorted_keys) else np.zeros(len(keys), bool)
+    return np.where(found, table_values[order][pos] if len(sorted_keys) else np.nan, np.nan)
+
+
+def row_kl(real: TranslationTable, distilled: TranslationTable, floor: float = DEFAULT_FLOOR):
+    """(real row ids, KL in nats of each, whether the word is missing from the distilled table)."""
+    p = real.without_null().normalised()
+    q = distilled.without_null().normalised()
+    q_row_of = {w: i for i, w in enumerate(q.rows)}
+    q_col_of = {w: i for i, w in enumerate(q.cols)}
+    row_map = np.array([q_row_of.get(w, -1) for w in p.rows], dtype=np.int64)
+    col_map = np.array([q_col_of.get(w, -1) for w in p.cols], dtype=np.int64)
+    width = len(q.cols) + 1
+    q_prob = _lookup(row_map[p.row] * width + col_map[p.col], q.row * width + q.col, q.prob)
+    q_present = np.bincount(q.row, minlength=len(q.rows)) > 0
+    row_in_q = np.zeros(len(p.rows), dtype=bool)
+    row_in_q[row_map >= 0] = q_present[row_map[row_map >= 0]]
+    missing_entry = np.isnan(q_prob)
+    k = np.bincount(p.row, missing_entry, minlength=len(p.rows))
+    rescale = np.where(row_in_q, 1.0 + k * floor, 1.0)
+    q_smoothed = np.where(missing_entry, floor, q_prob) / rescale[p.row]
+    kl = np.bincount(p.row, p.prob * (np.log(p.prob) - np.log(q_smoothed)), minlength=len(p.rows))
+    present = p.present_rows()
+    return present, np.maximum(kl[present], 0.0), ~row_in_q[present]
+
+
+@dataclass
+class FaithfulnessScore:
+    score: float
+    vocab_size: int
+    missing_words: int
+    words: list[str]         # real source words, from least to most faithfully kept
+    divergences: np.ndarray  # their KL, same order, in the score's unit
+    signature: Signature
+
+    def format(self) -> str:
+        unit = "bits" if self.signature.settings.get("log") == "2" else "nats"
+        return (f"F(d) = {self.score:.4f} {unit} over |Vx| = {self.vocab_size} "
+                f"({self.missing_words} words missing from the distilled table) | {self.signature}")
+
+
+class Faithfulness:
+    """F(d) of a distilled table against the real one."""
+
+    def __init__(self, log_base: str = "e", floor: float = DEFAULT_FLOOR):
+        if not 0 < floor < 1:
+            raise ValueError("the smoothing floor must be in (0, 1)")
+        self.log_base, self.floor = log_base, floor
+        self.divisor = log_base_divisor(log_base)
+
+    def table_score(self, real: TranslationTable, distilled: TranslationTable,
+                    settings: dict | None = None) -> FaithfulnessScore:
+        present, kl, missing = row_kl(real, distilled, self.floor)
+        kl = kl / self.divisor
+        order = np.argsort(-kl, kind="stable")
+        words = [real.rows[r] for r in present[order]]
+        signature = Signature("faithfulness", {**(settings or {}), "log": self.log_base, "floor": self.floor})
+        return FaithfulnessScore(float(kl.mean()) if len(kl) else float("nan"), len(present), int(missing.sum()),
+                                 words, kl[order], signature)

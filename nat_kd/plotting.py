@@ -1,0 +1,56 @@
+"""The report's figures: complexity versus faithfulness (the study's main figure) and the mode mix."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on a training machine
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _save(fig, path: str | os.PathLike) -> None:
+    """savefig to a temp file beside ``path``, then rename: never a half-written image."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(handle)
+    try:
+        fig.savefig(tmp, dpi=150, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def plot_complexity_faithfulness(rows: list[dict], path: str | os.PathLike, unit: str = "nats") -> None:
+    """One labelled point per data set: complexity C(d) on x, faithfulness F(d) on y."""
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for row in rows:
+        ax.scatter(row["complexity"], row["faithfulness"], s=40)
+        ax.annotate(row["name"], (row["complexity"], row["faithfulness"]), textcoords="offset points",
+                    xytext=(5, 5), fontsize=9)
+    ax.set_xlabel(f"complexity C(d) [{unit}]")
+    ax.set_ylabel(f"faithfulness F(d) = KL(real || d) [{unit}]")
+    ax.set_title("Complexity vs faithfulness")
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+
+
+def plot_mode_mix(rows: list[dict], languages: list[str], path: str | os.PathLike) -> None:
+    """Stacked bars: each data set's mean language posterior p(l|y)."""
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(rows) + 2), 4))
+    names = [row["name"] for row in rows]
+    bottom = [0.0] * len(rows)
+    for lang in languages:
+        share = [row["mode_mix"][lang] for row in rows]
+        ax.bar(names, share, bottom=bottom, label=lang)
+        bottom = [b + s for b, s in zip(bottom, share)]
+    ax.set_ylabel("mean p(language | output)")
+    ax.set_ylim(0, 1)
+    ax.legend(title="mode", fontsize=8)
+    ax.set_title("Mode mix of the outputs")
+    _save(fig, path)

@@ -1,0 +1,162 @@
+"""One table comparing the real data with distilled sets: complexity, faithfulness, reordering, BLEU and
+length ratio (plus the mode mix when per-language unigram texts are given), as Markdown, JSON and figures.
+
+A distilled set is either a directory holding ``<split>.<src>`` and ``<split>.<tgt>`` (raw, detokenised,
+line-aligned with the real data; optional ``meta.json`` whose ``name``/``strategy`` label the point), or
+an explicit ``NAME=SRC_FILE,TGT_FILE``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sacrebleu
+
+from nat_kd import __version__
+from nat_kd.align import RECOMMENDED, AlignerOptions
+from nat_kd.alignment_io import write_atomically
+from nat_kd.corpus import CorpusError, read_lines, split_file
+from nat_kd.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
+from nat_kd.metrics.faithfulness import DEFAULT_FLOOR
+from nat_kd.plotting import plot_complexity_faithfulness, plot_mode_mix
+from nat_kd.tokenizers import Tokenizer
+
+
+@dataclass
+class DataSet:
+    name: str
+    src: Path
+    tgt: Path
+    strategy: str = ""
+
+
+def set_from_dir(directory: str | Path, split: str, src_lang: str, tgt_lang: str) -> DataSet:
+    """A distilled set directory (``<split>.<lang>`` files, optional ``meta.json``)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CorpusError(f"{directory}: not a directory; pass a distilled set directory holding "
+                          f"{split}.{src_lang} and {split}.{tgt_lang}")
+    meta = {}
+    if (directory / "meta.json").is_file():
+        try:
+            meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise CorpusError(f"{directory / 'meta.json'}:{err.lineno}: invalid JSON ({err.msg})") from None
+    return DataSet(str(meta.get("name") or directory.name), split_file(directory, split, src_lang),
+                   split_file(directory, split, tgt_lang), str(meta.get("strategy", "")))
+
+
+def set_from_arg(text: str) -> DataSet:
+    """``NAME=SRC_FILE,TGT_FILE``."""
+    name, eq, files = text.partition("=")
+    src, comma, tgt = files.partition(",")
+    if not (name and eq and src and comma and tgt):
+        raise CorpusError(f"--set {text!r}: expected NAME=SRC_FILE,TGT_FILE")
+    for path in (src, tgt):
+        if not Path(path).is_file():
+            raise CorpusError(f"--set {name}: no such file {path}")
+    return DataSet(name, Path(src), Path(tgt))
+
+
+@dataclass
+class Report:
+    rows: list[dict]
+    signature: dict
+    languages: list[str] = field(default_factory=list)
+
+    COLUMNS = (("name", "set", "{}"), ("strategy", "strategy", "{}"), ("sentences", "pairs", "{}"),
+               ("complexity", "C(d)", "{:.4f}"), ("faithfulness", "F(d)", "{:.4f}"),
+               ("reordering", "FRS", "{:.4f}"), ("bleu", "BLEU", "{:.2f}"), ("length_ratio", "len ratio", "{:.3f}"))
+
+    def to_markdown(self) -> str:
+        columns = list(self.COLUMNS) + ([("mode_purity", "purity", "{:.3f}")] if self.languages else [])
+        lines = ["| " + " | ".join(title for _, title, _ in columns) + " |",
+                 "|" + "|".join("---" for _ in columns) + "|"]
+        for row in self.rows:
+            cells = [fmt.format(row[key]) if row.get(key) is not None and row[key] == row[key] else "-"
+                     for key, _, fmt in columns]
+            lines.append("| " + " | ".join(cells) + " |")
+        if self.languages:
+            lines += ["", "Mode mix (mean p(l|y)): " + "; ".join(
+                f"{row['name']}: " + ", ".join(f"{l}={row['mode_mix'][l]:.3f}" for l in self.languages)
+                for row in self.rows)]
+        lines += ["", "Settings: " + ", ".join(f"{k}={v}" for k, v in self.signature.items())]
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> str:
+        clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+                 for row in self.rows]
+        return json.dumps({"rows": clean, "signature": self.signature, "languages": self.languages},
+                          indent=2, ensure_ascii=False) + "\n"
+
+    def write(self, out_dir: str | Path) -> dict[str, Path]:
+        """report.md, report.json, complexity_vs_faithfulness.png (and mode_mix.png), each written atomically."""
+        out_dir = Path(out_dir)
+        paths = {"markdown": out_dir / "report.md", "json": out_dir / "report.json",
+                 "figure": out_dir / "complexity_vs_faithfulness.png"}
+        write_atomically(paths["markdown"], self.to_markdown())
+        write_atomically(paths["json"], self.to_json())
+        unit = "bits" if self.signature.get("log") == "2" else "nats"
+        plot_complexity_faithfulness(self.rows, paths["figure"], unit)
+        if self.languages:
+            paths["modes_figure"] = out_dir / "mode_mix.png"
+            plot_mode_mix(self.rows, self.languages, paths["modes_figure"])
+        return paths
+
+
+class AnalysisReport:
+    """Align every set with the same tokeniser and aligner settings, then score them all."""
+
+    def __init__(self, tokenizer: Tokenizer, options: AlignerOptions = RECOMMENDED, aligner: str = "builtin",
+                 log_base: str = "e", floor: float = DEFAULT_FLOOR, mode_texts: dict[str, list[str]] | None = None,
+                 drop_empty: bool = False):
+        self.tokenizer, self.options, self.aligner, self.drop_empty = tokenizer, options, aligner, drop_empty
+        self.complexity = Complexity(log_base)
+        self.faithfulness = Faithfulness(log_base, floor)
+        self.reordering = Reordering()
+        self.bleu = sacrebleu.BLEU(lowercase=tokenizer.lowercase)
+        self.modes = None
+        if mode_texts:
+            models = UnigramModels.from_texts({l: tokenizer.corpus(t) for l, t in mode_texts.items()})
+            self.modes = Modes(models)
+
+    def run(self, real: DataSet, distilled: list[DataSet]) -> Report:
+        names = [real.name] + [d.name for d in distilled]
+        if len(set(names)) != len(names):
+            raise CorpusError(f"set names must differ, got {names}; name them with --set NAME=... or meta.json")
+        real_src, real_tgt = read_lines(real.src), read_lines(real.tgt)
+        real_aligned = self._align(real, real_src, real_tgt)
+        real_table = real_aligned.result.exported_table()
+        rows = [self._row(real, real_src, real_tgt, real_aligned, real_table, real_tgt)]
+        for data in distilled:
+            src, tgt = read_lines(data.src), read_lines(data.tgt)
+            if len(tgt) != len(real_tgt):
+                raise CorpusError(f"{data.tgt} has {len(tgt)} lines but the real {real.tgt} has {len(real_tgt)}; "
+                                  "a distilled set must be line-aligned with the real data")
+            aligned = self._align(data, src, tgt)
+            rows.append(self._row(data, src, tgt, aligned, real_table, real_tgt))
+        bleu_sig = str(self.bleu.get_signature())
+        signature = {**real_aligned.settings, "log": self.complexity.log_base, "floor": self.faithfulness.floor,
+                     "frs": "drop-unaligned,leftmost-target", "bleu": bleu_sig, "nat_kd": __version__}
+        return Report(rows, signature, self.modes.models.languages if self.modes else [])
+
+    def _align(self, data: DataSet, src: list[str], tgt: list[str]):
+        return align_corpus(src, tgt, self.tokenizer, self.options, self.aligner, (str(data.src), str(data.tgt)),
+                            self.drop_empty)
+
+    def _row(self, data, src, tgt, aligned, real_table, real_tgt) -> dict:
+        table = aligned.result.exported_table()
+        bleu = self.bleu.corpus_score(tgt, [real_tgt])
+        row = {"name": data.name, "strategy": data.strategy, "sentences": len(aligned.src_tokens),
+               "dropped_empty": aligned.dropped_empty,
+               "complexity": self.complexity.table_score(table).score,
+               "faithfulness": self.faithfulness.table_score(real_table, table).score,
+               "reordering": self.reordering.corpus_score(aligned.result.alignments).score,
+               "bleu": bleu.score, "length_ratio": bleu.sys_len / bleu.ref_len if bleu.ref_len else float("nan"),
+               "src": str(data.src), "tgt": str(data.tgt)}
+        if self.modes:
+            score = self.modes.corpus_score(aligned.tgt_tokens)
+            row.update(mode_purity=score.mean_purity, mode_mix=score.mix, mode_unknown=score.unknown)
+        return row

@@ -1,0 +1,28 @@
+"""Tokenisers for the analysis: sacrebleu's 13a, none (text is already tokenised), or a sentencepiece model.
+
+Each is a callable ``str -> str`` (tokens joined by single spaces) with a ``signature`` naming its settings.
+"""
+from __future__ import annotations
+
+from nat_kd.tokenizers.base import Tokenizer
+from nat_kd.tokenizers.none import NoneTokenizer
+from nat_kd.tokenizers.sentencepiece import SentencePieceTokenizer
+from nat_kd.tokenizers.thirteen_a import Tokenizer13a
+
+TOKENIZERS = ("13a", "none", "spm")
+
+
+def get_tokenizer(name: str, lowercase: bool = False, spm_model: str | None = None) -> Tokenizer:
+    """Build a tokeniser by name: ``13a``, ``none`` (pre-tokenised text) or ``spm`` (needs ``spm_model``)."""
+    if name == "13a":
+        return Tokenizer13a(lowercase)
+    if name == "none":
+        return NoneTokenizer(lowercase)
+    if name == "spm":
+        if not spm_model:
+            raise ValueError("the 'spm' tokeniser needs a sentencepiece model: pass --spm-model FILE.model")
+        return SentencePieceTokenizer(spm_model, lowercase)
+    raise ValueError(f"unknown tokeniser {name!r}; choose one of {', '.join(TOKENIZERS)}")
+
+
+__all__ = ["Tokenizer", "Tokenizer13a", "NoneTokenizer", "SentencePieceTokenizer", "get_tokenizer", "TOKENIZERS"]

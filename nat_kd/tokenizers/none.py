@@ -1,0 +1,11 @@
+"""No tokenisation: the text is already tokenised; only whitespace is normalised."""
+from __future__ import annotations
+
+from nat_kd.tokenizers.base import Tokenizer
+
+
+class NoneTokenizer(Tokenizer):
+    name = "none"
+
+    def tokenize(self, line: str) -> str:
+        return " ".join(line.split())
