@@ -1,0 +1,70 @@
+"""Where the raw corpus lives, and reading it safely.
+
+The default corpus is Multi30k task 1 (raw, gzipped, line-aligned across en/de/fr/cs), found at
+``$NAT_KD_DATA`` if set, else ``../shared/data/multi30k`` next to the project checkout.
+Public source for users elsewhere: https://github.com/multi30k/dataset, folder ``data/task1/raw/``.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data" / "multi30k"
+LANGUAGES = ("en", "de", "fr", "cs")
+SPLITS = ("train", "val", "test_2016_flickr")
+
+
+class CorpusError(ValueError):
+    """Bad input data: the message names the file, the line and the fix."""
+
+
+def data_dir(override: str | os.PathLike | None = None) -> Path:
+    """The raw corpus directory: an explicit override, else $NAT_KD_DATA, else the shared default."""
+    path = Path(override or os.environ.get("NAT_KD_DATA") or DEFAULT_DATA_DIR)
+    if not path.is_dir():
+        raise CorpusError(
+            f"corpus directory {path} does not exist. Pass --data-dir or set NAT_KD_DATA to a folder "
+            "holding SPLIT.LANG(.gz) files, e.g. a copy of data/task1/raw/ from "
+            "https://github.com/multi30k/dataset"
+        )
+    return path
+
+
+def split_file(directory: Path, split: str, lang: str) -> Path:
+    """SPLIT.LANG.gz or plain SPLIT.LANG inside ``directory``."""
+    for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
+        if (directory / name).is_file():
+            return directory / name
+    raise CorpusError(f"{directory}: no {split}.{lang}.gz or {split}.{lang}; check --data-dir and the language pair")
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """All lines of a (possibly gzipped) UTF-8 file, without line ends; invalid UTF-8 names file and line."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        raw = handle.read()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for number, line in enumerate(lines, 1):
+        try:
+            out.append(line.rstrip(b"\r").decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise CorpusError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
+                              "re-encode the file as UTF-8") from None
+    return out
+
+
+def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
+    """Source and target lines, which must be line-aligned (same count)."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise CorpusError(
+            f"line-count mismatch: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
+            "parallel files must be line-aligned"
+        )
+    return src, tgt
