@@ -1,0 +1,266 @@
+"""The numpy fast_align against hand-worked cases and a line-by-line reference of fast_align's loops."""
+import math
+import random
+
+import numpy as np
+import pytest
+
+from nat_kd.align import (RECOMMENDED, AlignerOptions, FastAlign, _compute_dlogz, _compute_z, digamma,
+                          run_fast_align_binary)
+from nat_kd.alignment_io import (NULL_WORD, Alignments, TranslationTable, format_alignments, format_table,
+                                 read_alignments, read_table)
+from nat_kd.corpus import CorpusError
+
+
+# ---------------------------------------------------------------- a plain per-token reference (tests only)
+
+def reference_fast_align(pairs, opt):
+    """fast_align.cc's training loop, written token by token with dicts, for comparison."""
+    def feature(i, j, m, n):
+        return -abs(j / n - i / m)
+
+    def z(i, m, n, lam):
+        return sum(math.exp(feature(i, k, m, n) * lam) for k in range(1, n + 1))
+
+    def dlogz(i, m, n, lam):
+        return sum(feature(i, k, m, n) * math.exp(feature(i, k, m, n) * lam) for k in range(1, n + 1)) / z(i, m, n, lam)
+
+    def dg(x):
+        r = 0.0
+        while x < 7:
+            r -= 1 / x
+            x += 1
+        x -= 0.5
+        xx = 1 / x
+        xx2 = xx * xx
+        xx4 = xx2 * xx2
+        return r + math.log(x) + xx2 / 24 - 7 / 960 * xx4 + 31 / 8064 * xx4 * xx2 - 127 / 30720 * xx4 * xx4
+
+    pairs = [(t, s) if opt.reverse else (s, t) for s, t in pairs]
+    use_null = not opt.no_null_word
+    t_table, lam = None, opt.diagonal_tension
+    sizes = {}
+    for s, t in pairs:
+        sizes[(len(t), len(s))] = sizes.get((len(t), len(s)), 0) + 1
+    toks = sum(len(t) for _, t in pairs)
+    links = []
+    for it in range(opt.iterations):
+        final = it == opt.iterations - 1
+        counts, emp = {}, 0.0
+        for s, t in pairs:
+            n, m = len(s), len(t)
+            line = []
+            for j, f in enumerate(t):
+                probs = []
+                pa = 1.0 / (n + use_null)
+                if use_null:
+                    if opt.favor_diagonal:
+                        pa = opt.p_null
+                    probs.append(((NULL_WORD, f), (t_table or {}).get((NULL_WORD, f), 1e-9) * pa))
+                az = z(j + 1, m, n, lam) / (1 - opt.p_null) if opt.favor_diagonal else 0
+                for i in range(1, n + 1):
+                    if opt.favor_diagonal:
+                        pa = math.exp(feature(j + 1, i, m, n) * lam) / az
+                    probs.append(((s[i - 1], f), (t_table or {}).get((s[i - 1], f), 1e-9) * pa))
+                total = sum(p for _, p in probs)
+                if final:
+                    best, best_p = (0, -1) if not use_null else (0, probs[0][1])
+                    for k in range(1 if use_null else 0, len(probs)):
+                        if probs[k][1] > best_p:
+                            best, best_p = k, probs[k][1]
+                    i_best = best - use_null
+                    if (use_null and best > 0) or not use_null:
+                        line.append((j, i_best) if opt.reverse else (i_best, j))
+                else:
+                    for k, (key, p) in enumerate(probs):
+                        counts[key] = counts.get(key, 0.0) + p / total
+                        if k >= use_null:
+                            emp += feature(j, k + 1 - use_null, m, n) * p / total
+            links.append(line)
+        if final:
+            break
+        if opt.favor_diagonal and opt.optimize_tension and it > 0:
+            for _ in range(8):
+                mod = sum(c * dlogz(j, m, n, lam) for (m, n), c in sizes.items() for j in range(1, m + 1)) / toks
+                lam += (emp / toks - mod) * 20
+                lam = 0.1 if lam <= 0.1 else min(lam, 14)
+        totals = {}
+        for (e, f), c in counts.items():
+            totals[e] = totals.get(e, 0.0) + c + (opt.alpha if opt.variational_bayes else 0)
+        if opt.variational_bayes:
+            t_table = {k: math.exp(dg(c + opt.alpha) - dg(totals[k[0]])) for k, c in counts.items()}
+        else:
+            t_table = {k: c / totals[k[0]] for k, c in counts.items()}
+    return links[-len(pairs):], t_table, lam
+
+
+def random_corpus(seed, size=40):
+    rng = random.Random(seed)
+    src_words, tgt_words = [f"s{k}" for k in range(12)], [f"t{k}" for k in range(15)]
+    src, tgt = [], []
+    for _ in range(size):
+        n = rng.randint(1, 7)
+        s = [rng.choice(src_words) for _ in range(n)]
+        t = [rng.choice(tgt_words) for _ in range(max(1, n + rng.randint(-2, 2)))]
+        src.append(" ".join(s))
+        tgt.append(" ".join(t))
+    return src, tgt
+
+
+OPTION_SETS = [
+    AlignerOptions(),
+    AlignerOptions(favor_diagonal=True),
+    RECOMMENDED,
+    AlignerOptions(favor_diagonal=True, optimize_tension=True, variational_bayes=True, no_null_word=True),
+    AlignerOptions(favor_diagonal=True, variational_bayes=True, reverse=True, iterations=3, p_null=0.2),
+    AlignerOptions(variational_bayes=True, alpha=0.5, iterations=4, diagonal_tension=2.0),
+]
+
+
+@pytest.mark.parametrize("opt", OPTION_SETS, ids=lambda o: o.signature())
+def test_matches_token_by_token_reference(opt):
+    src, tgt = random_corpus(7)
+    result = FastAlign(opt).align_lines(src, tgt)
+    ref_links, ref_table, ref_tension = reference_fast_align(
+        [(s.split(), t.split()) for s, t in zip(src, tgt)], opt)
+    got = [sorted(result.alignments.links_of(k)) for k in range(len(src))]
+    assert got == [sorted(line) for line in ref_links]
+    table = result.table
+    ours = {(table.rows[r], table.cols[c]): p for r, c, p in zip(table.row, table.col, table.prob)}
+    assert ours.keys() == ref_table.keys()
+    for key, p in ref_table.items():
+        assert ours[key] == pytest.approx(p, rel=1e-9, abs=1e-300)
+    if opt.favor_diagonal and opt.optimize_tension:
+        assert result.final_tension == pytest.approx(ref_tension, rel=1e-9)
+        assert result.final_tension != opt.diagonal_tension
+
+
+def test_single_pair_by_hand():
+    # Model 1 with NULL: iteration 1 splits x's count evenly between NULL and a, so t(x|a) = t(x|NULL) = 1;
+    # in the final pass NULL and a tie and NULL, looked at first, wins: no link.
+    result = FastAlign(AlignerOptions(iterations=2)).align_lines(["a"], ["x"])
+    assert format_alignments(result.alignments) == "\n"
+    assert sorted(result.table.prob.tolist()) == [1.0, 1.0]
+    # with favour-diagonal the prior is p_null = 0.08 for NULL against 0.92 for a: a wins
+    result = FastAlign(AlignerOptions(iterations=2, favor_diagonal=True)).align_lines(["a"], ["x"])
+    assert format_alignments(result.alignments) == "0-0\n"
+
+
+def test_monotone_corpus_aligns_on_the_diagonal():
+    src = ["a b c", "b c a", "c a b", "a c b"]
+    tgt = ["x y z", "y z x", "z x y", "x z y"]
+    result = FastAlign(RECOMMENDED).align_lines(src, tgt)
+    assert format_alignments(result.alignments) == "0-0 1-1 2-2\n" * 4
+
+
+def test_reverse_still_writes_source_target_pairs():
+    result = FastAlign(AlignerOptions(reverse=True, favor_diagonal=True)).align_lines(["a b", "a"], ["x", "x y"])
+    for k in range(2):
+        for i, j in result.alignments.links_of(k):
+            assert i < len(["a b", "a"][k].split()) and j < len(["x", "x y"][k].split())
+
+
+def test_digamma_matches_known_values():
+    values = digamma(np.array([1.0, 0.5, 0.01, 10.0]))
+    expected = [-0.5772156649015329, -1.9635100260214235, -100.56088545786867, 2.251752589066721]
+    assert values == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("j1,m,n,lam", [(1, 5, 7, 4.0), (3, 3, 2, 0.5), (4, 9, 1, 14.0), (7, 7, 7, 6.6)])
+def test_closed_form_z_and_its_derivative(j1, m, n, lam):
+    feats = [-abs(i / n - j1 / m) for i in range(1, n + 1)]
+    z = sum(math.exp(f * lam) for f in feats)
+    dz = sum(f * math.exp(f * lam) for f in feats)
+    assert float(_compute_z(np.float64(j1), np.float64(m), np.float64(n), lam)) == pytest.approx(z, rel=1e-10)
+    assert float(_compute_dlogz(np.float64(j1), np.float64(m), np.float64(n), lam)) == pytest.approx(dz / z, rel=1e-8)
+
+
+def test_one_iteration_has_no_table():
+    result = FastAlign(AlignerOptions(iterations=1)).align_lines(["a"], ["x"])
+    with pytest.raises(CorpusError, match="at least 2 iterations"):
+        result.exported_table()
+
+
+def test_empty_sentence_is_refused():
+    with pytest.raises(CorpusError, match="line 2: empty sentence"):
+        FastAlign().align_lines(["a", ""], ["x", "y"])
+
+
+# ---------------------------------------------------------------- formats
+
+def small_table():
+    return TranslationTable([NULL_WORD, "a"], ["x", "y", "z", "w"], np.array([0, 1, 1, 1, 1]),
+                            np.array([0, 0, 1, 2, 3]), np.array([0.3, 0.5, 0.1, 0.05, 0.01]))
+
+
+def test_beam_threshold_keeps_p_at_least_max_to_the_fourth():
+    pruned = small_table().pruned(-4.0)  # row a: max 0.5, 0.5**4 = 0.0625 keeps 0.5 and 0.1
+    assert sorted(zip(pruned.row.tolist(), pruned.prob.tolist())) == [(0, 0.3), (1, 0.1), (1, 0.5)]
+
+
+def test_table_text_is_fast_align_format(tmp_path):
+    text = format_table(small_table())
+    assert text.splitlines()[:2] == ["<eps>\tx\t-1.20397", "a\tx\t-0.693147"]
+    (tmp_path / "t.txt").write_text(text)
+    back = read_table(tmp_path / "t.txt")
+    assert back.rows == [NULL_WORD, "a"] and back.prob == pytest.approx(small_table().prob, rel=1e-5)
+
+
+@pytest.mark.parametrize("line,why", [("a\tx", "malformed table line"), ("a\tx\tabc", "not a number"),
+                                      ("a\tx\t0.5", "> 0")])
+def test_malformed_table_line_names_file_and_line(tmp_path, line, why):
+    path = tmp_path / "bad.txt"
+    path.write_text("a\ty\t-0.1\n" + line + "\n")
+    with pytest.raises(CorpusError, match=rf"bad.txt:2: .*{why}"):
+        read_table(path)
+
+
+def test_pharaoh_round_trip_and_errors(tmp_path):
+    al = Alignments(np.array([0, 0, 2]), np.array([0, 1, 3]), np.array([1, 0, 2]), 3)
+    text = format_alignments(al)
+    assert text == "0-1 1-0\n\n3-2\n"
+    (tmp_path / "a.txt").write_text(text)
+    back = read_alignments(tmp_path / "a.txt")
+    assert back.num_sentences == 3 and back.links_of(2) == [(3, 2)]
+    (tmp_path / "b.txt").write_text("0-1\n1-x\n")
+    with pytest.raises(CorpusError, match="b.txt:2: malformed alignment link '1-x'"):
+        read_alignments(tmp_path / "b.txt")
+
+
+# ---------------------------------------------------------------- the real binary path, with a fake binary
+
+FAKE_FAST_ALIGN = """#!/bin/sh
+# records its arguments, prints fixed links and writes a fixed -p table
+echo "$@" > "$(dirname "$0")/args.txt"
+while [ $# -gt 0 ]; do
+  if [ "$1" = "-p" ]; then printf 'a\\tx\\t-0.1\\nb\\ty\\t-0.2\\n' > "$2"; fi
+  shift
+done
+printf '0-0\\n0-0 1-1\\n'
+"""
+
+
+@pytest.fixture
+def fake_fast_align(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "fast_align"
+    exe.write_text(FAKE_FAST_ALIGN)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    return bin_dir
+
+
+def test_binary_output_is_parsed(fake_fast_align):
+    result = run_fast_align_binary(["a", "a b"], ["x", "x y"], RECOMMENDED)
+    assert result.alignments.links_of(1) == [(0, 0), (1, 1)]
+    table = result.exported_table()
+    assert table.rows == ["a", "b"] and table.prob == pytest.approx([math.exp(-0.1), math.exp(-0.2)])
+    args = (fake_fast_align / "args.txt").read_text().split()
+    assert {"-d", "-o", "-v", "-p"} <= set(args) and args[args.index("-I") + 1] == "5"
+
+
+def test_missing_binary_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(CorpusError, match="no 'fast_align' executable on PATH"):
+        run_fast_align_binary(["a"], ["x"], RECOMMENDED)

@@ -1,0 +1,130 @@
+"""The ``nat_kd.analyze`` command line: outputs, the report contract, and bad input."""
+import gzip
+import json
+import math
+
+import pytest
+
+from nat_kd.analyze import main
+
+EN = ["A man rides a horse .", "A woman reads a book .", "Two dogs play .", "A man reads ."]
+DE = ["Ein Mann reitet ein Pferd .", "Eine Frau liest ein Buch .", "Zwei Hunde spielen .", "Ein Mann liest ."]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    (tmp_path / "train.en").write_text("\n".join(EN) + "\n")
+    with gzip.open(tmp_path / "train.de.gz", "wt") as out:
+        out.write("\n".join(DE) + "\n")
+    return tmp_path
+
+
+def test_align_writes_pharaoh_and_table(corpus, capsys):
+    assert main(["align", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "train.de.gz"), "-d", "-o", "-v",
+                 "--alignments", str(corpus / "out.align"), "-p", str(corpus / "out.table")]) == 0
+    links = (corpus / "out.align").read_text().splitlines()
+    assert len(links) == 4 and links[2] == "0-0 1-1 2-2 3-3"
+    rows = [line.split("\t") for line in (corpus / "out.table").read_text().splitlines()]
+    assert rows and all(len(r) == 3 and float(r[2]) <= 0 for r in rows)
+    assert rows[0][0] == "<eps>"
+    assert "aligner': 'builtin(I5|d|o|v" in capsys.readouterr().err
+
+
+def test_fast_align_input_format(tmp_path, capsys):
+    (tmp_path / "c.txt").write_text("a b ||| x y\nb ||| y\n")
+    assert main(["align", "-i", str(tmp_path / "c.txt"), "-d"]) == 0
+    assert capsys.readouterr().out == "0-0 1-1\n0-0\n"
+
+
+def test_complexity_from_text_and_from_table(corpus, capsys):
+    assert main(["align", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "train.de.gz"), "-d", "-o", "-v",
+                 "--alignments", str(corpus / "a"), "-p", str(corpus / "t")]) == 0
+    assert main(["complexity", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "train.de.gz"),
+                 "--json", str(corpus / "c.json")]) == 0
+    from_text = json.loads((corpus / "c.json").read_text())["score"]
+    assert main(["complexity", "--table", str(corpus / "t"), "--json", str(corpus / "c2.json")]) == 0
+    assert json.loads((corpus / "c2.json").read_text())["score"] == pytest.approx(from_text, abs=1e-5)
+    assert "C(d) =" in capsys.readouterr().out
+
+
+def test_report_contract(corpus, capsys):
+    kd = corpus / "kd"
+    kd.mkdir()
+    (kd / "train.en").write_text("\n".join(EN) + "\n")
+    (kd / "train.de").write_text("Ein Mann reitet ein Pferd .\nEine Frau liest ein Buch .\nZwei Hunde .\n"
+                                 "Ein Mann liest .\n")
+    (kd / "meta.json").write_text(json.dumps({"name": "kd-beam5", "strategy": "beam"}))
+    out = corpus / "report"
+    assert main(["report", "--data-dir", str(corpus), "--set-dir", str(kd),
+                 "--set", f"copy={corpus / 'train.en'},{corpus / 'train.de.gz'}",
+                 "--lang", f"en={corpus / 'train.en'}", "--lang", f"de={corpus / 'train.de.gz'}", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    rows = {r["name"]: r for r in report["rows"]}
+    assert list(rows) == ["real", "copy", "kd-beam5"]
+    assert rows["real"]["faithfulness"] == 0 and rows["real"]["bleu"] == pytest.approx(100)
+    assert rows["copy"]["complexity"] == pytest.approx(rows["real"]["complexity"])
+    assert rows["kd-beam5"]["strategy"] == "beam" and rows["kd-beam5"]["faithfulness"] > 0
+    assert rows["kd-beam5"]["length_ratio"] == pytest.approx(19 / 20)  # 13a tokens: one word fewer
+    assert rows["real"]["mode_mix"]["de"] > 0.5
+    assert report["signature"]["tok"] == "13a" and "nrefs:1" in report["signature"]["bleu"]
+    assert (out / "complexity_vs_faithfulness.png").stat().st_size > 1000
+    assert (out / "mode_mix.png").exists()
+    assert "| kd-beam5 | beam |" in (out / "report.md").read_text()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left behind
+
+
+# ---------------------------------------------------------------- bad input
+
+def run_error(argv, capsys):
+    assert main(argv) == 2
+    return capsys.readouterr().err
+
+
+def test_line_count_mismatch_names_both_files(corpus, capsys):
+    (corpus / "short.de").write_text("Ein Mann .\n")
+    err = run_error(["complexity", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "short.de")], capsys)
+    assert "train.en has 4 lines" in err and "short.de has 1" in err
+
+
+def test_empty_line_names_file_and_line(corpus, capsys):
+    (corpus / "gap.de").write_text("Ein Mann .\n\nZwei .\nVier .\n")
+    err = run_error(["reordering", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "gap.de")], capsys)
+    assert "gap.de:2: empty line" in err and "--drop-empty" in err
+    assert main(["reordering", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "gap.de"), "--drop-empty"]) == 0
+
+
+def test_separator_inside_sentence(corpus, capsys):
+    # 13a splits '|||' into '| | |'; pre-tokenised text keeps it, and fast_align would cut the line there
+    (corpus / "pipe.de").write_text("Ein ||| Mann .\nB .\nC .\nD .\n")
+    err = run_error(["complexity", "--tok", "none", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "pipe.de")],
+                    capsys)
+    assert "pipe.de:1:" in err and "'|||'" in err
+
+
+def test_invalid_utf8_names_file_and_line(corpus, capsys):
+    (corpus / "bad.de").write_bytes(b"Ein Mann .\nEine \xff Frau .\nC .\nD .\n")
+    err = run_error(["complexity", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "bad.de")], capsys)
+    assert "bad.de:2: invalid UTF-8" in err
+
+
+def test_malformed_table_names_file_and_line(tmp_path, capsys):
+    (tmp_path / "t.txt").write_text("a\tx\t-0.5\na x -0.5\n")
+    err = run_error(["complexity", "--table", str(tmp_path / "t.txt")], capsys)
+    assert "t.txt:2: malformed table line" in err
+
+
+def test_fast_align_aligner_runs_the_binary(corpus, tmp_path, monkeypatch, capsys):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "fast_align"
+    exe.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = -p ] && printf 'a\\tx\\t-0.5\\na\\ty\\t-0.9\\n' > \"$2\"; "
+                   "shift; done\nprintf '0-0\\n0-0\\n0-0\\n0-0\\n'\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    assert main(["complexity", "--aligner", "fast_align", "--src", str(corpus / "train.en"),
+                 "--tgt", str(corpus / "train.de.gz"), "--json", str(tmp_path / "c.json")]) == 0
+    result = json.loads((tmp_path / "c.json").read_text())
+    p = [math.exp(-0.5), math.exp(-0.9)]
+    p = [x / sum(p) for x in p]
+    assert result["score"] == pytest.approx(-sum(x * math.log(x) for x in p), rel=1e-6)
+    assert "aligner:fast_align(" in result["signature"]
