@@ -34,6 +34,7 @@ from nat_kd.alignment_io import (NULL_WORD, Alignments, TranslationTable, format
 from nat_kd.corpus import CorpusError
 
 UNINITIALISED_PROB = 1e-9  # fast_align's t(y|x) before the first normalisation
+CHUNK_LINKS = 1 << 20  # links per E-step piece: keeps temporaries to a few MB whatever the corpus size
 
 
 @dataclass(frozen=True)
@@ -163,13 +164,15 @@ def _compute_dlogz(j1, m, n, tension):
 
 def digamma(x: np.ndarray) -> np.ndarray:
     """fast_align's digamma: recurrence up to x >= 7, then the asymptotic series."""
-    x = np.array(x, dtype=np.float64)
+    x = np.array(x, dtype=np.float64)  # a copy: shifted in place below
     result = np.zeros_like(x)
+    step = np.empty_like(x)
     small = x < 7
-    while small.any():  # a few vectorised steps: x >= alpha = 0.01 reaches 7 in at most 7
-        result -= np.where(small, 1.0 / np.where(small, x, 1.0), 0.0)
-        x = np.where(small, x + 1.0, x)
-        small = x < 7
+    while small.any():  # x >= alpha = 0.01 reaches 7 in at most 7 vectorised steps
+        np.divide(1.0, x, out=step)
+        np.subtract(result, step, out=result, where=small)
+        np.add(x, 1.0, out=x, where=small)
+        np.less(x, 7, out=small)
     x = x - 0.5
     xx = 1.0 / x
     xx2 = xx * xx
@@ -209,34 +212,42 @@ class FastAlign:
         log_likelihoods = []
         for iteration in range(opt.iterations):
             final = iteration == opt.iterations - 1
-            # alignment prior of every link and of NULL for every target token
-            if opt.favor_diagonal:
-                block = links.prior_block(tension, p_not_null)
-                prior = block[links.prior_index]
-                null_prior = opt.p_null
-            else:
-                uniform = 1.0 / (links.n_of_token + use_null)
-                prior = np.repeat(uniform, links.n_of_token)
-                null_prior = uniform
-            probs = prior * (t[links.pair] if t is not None else UNINITIALISED_PROB)
-            del prior
-            sums = np.add.reduceat(probs, links.start)
-            if use_null:
-                null_probs = null_prior * (t[links.null_pair] if t is not None else UNINITIALISED_PROB)
-                sums += null_probs
-            log_likelihoods.append(float(np.log(sums).sum()))
+            prior_block = links.prior_block(tension, p_not_null) if opt.favor_diagonal else None
+            counts = np.zeros(links.num_entries)
+            emp_feat, likelihood, found = 0.0, 0.0, []
+            for tokens, span in links.chunks():
+                # p(a_j = i) t(y_j | x_i) for every link of the chunk, and for NULL
+                if opt.favor_diagonal:
+                    probs = np.take(prior_block, links.prior_index[span])
+                    null_prior = opt.p_null
+                else:
+                    null_prior = 1.0 / (links.n_of_token[tokens] + use_null)
+                    probs = np.repeat(null_prior, links.n_of_token[tokens])
+                probs *= UNINITIALISED_PROB if t is None else np.take(t, links.pair[span])
+                starts = links.start[tokens] - span.start
+                sums = np.add.reduceat(probs, starts)
+                null_probs = None
+                if use_null:
+                    null_probs = null_prior * (UNINITIALISED_PROB if t is None else t[links.null_pair[tokens]])
+                    sums += null_probs
+                likelihood += float(np.log(sums).sum())
+                if final:
+                    found.append(links.viterbi(probs, null_probs, tokens, span))
+                    continue
+                inv = 1.0 / sums
+                probs *= np.repeat(inv, links.n_of_token[tokens])  # now posteriors
+                counts += np.bincount(links.pair[span], probs, minlength=links.num_entries)
+                if use_null:
+                    counts += np.bincount(links.null_pair[tokens], null_probs * inv, minlength=links.num_entries)
+                if opt.favor_diagonal and opt.optimize_tension and iteration > 0:
+                    emp_feat += float(np.dot(probs, np.take(links.feature0_block(), links.prior_index[span])))
+                del probs
+            log_likelihoods.append(likelihood)
             if final:
-                alignments = links.viterbi(probs, null_probs if use_null else None, opt.reverse)
+                alignments = links.alignments(found, opt.reverse)
                 break
-            inv = 1.0 / sums
-            probs *= np.repeat(inv, links.n_of_token)  # now posteriors
-            counts = np.bincount(links.pair, probs, minlength=links.num_entries)
-            if use_null:
-                counts += np.bincount(links.null_pair, null_probs * inv, minlength=links.num_entries)
             if opt.favor_diagonal and opt.optimize_tension and iteration > 0:
-                emp_feat = float(np.dot(probs, links.feature0_block()[links.prior_index])) / links.num_tokens
-                tension = links.optimise_tension(tension, emp_feat)
-            del probs
+                tension = links.optimise_tension(tension, emp_feat / links.num_tokens)
             t = self._normalise(counts, links.entry_row, links.num_rows)
         table = None
         if t is not None:
@@ -275,17 +286,33 @@ class _Links:
         self.token_j = np.arange(self.num_tokens) - np.repeat(tgt_start, m)
         self.n_of_token = n[self.token_sentence]
         self.start = np.concatenate(([0], np.cumsum(self.n_of_token)[:-1]))
-        num_links = int(self.n_of_token.sum())
-        # source position (0-based) of every link
-        src_i = np.arange(num_links, dtype=np.int32)
+        self.num_links = int(self.n_of_token.sum())
+        # prior blocks: one m x n block per distinct sentence shape (fast_align's "size counts")
+        width = int(n.max()) + 1
+        shapes, shape_of_sentence, self.shape_count = np.unique(m * width + n, return_inverse=True,
+                                                               return_counts=True)
+        self.shape_m, self.shape_n = shapes // width, shapes % width
+        sizes = self.shape_m * self.shape_n
+        offset = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        local = np.arange(int(sizes.sum())) - np.repeat(offset, sizes)
+        block_n = np.repeat(self.shape_n, sizes)
+        self.block_m = np.repeat(self.shape_m, sizes).astype(np.float64)
+        self.block_n = block_n.astype(np.float64)
+        self.block_j1 = (local // block_n + 1).astype(np.float64)
+        self.block_i1 = (local % block_n + 1).astype(np.float64)
+        # per link: source position (0-based), then its prior-block cell, then its source word
+        src_i = np.arange(self.num_links, dtype=np.int32)
         src_i -= np.repeat(self.start.astype(np.int32), self.n_of_token)
-        src_word = np.repeat(src_start[self.token_sentence].astype(np.int32), self.n_of_token)
-        src_word += src_i
-        src_word = src.ids.astype(np.int32)[src_word]
-        tgt_word = np.repeat(tgt.ids.astype(np.int32), self.n_of_token)
-        unique_keys, pair = _pair_ids(src_word, tgt_word, len(tgt.vocab))
-        del src_word, tgt_word
-        self.pair = pair
+        token_block = offset[shape_of_sentence][self.token_sentence] + self.token_j * self.n_of_token
+        self.prior_index = np.repeat(token_block.astype(np.int32), self.n_of_token)
+        self.prior_index += src_i
+        src_i += np.repeat(src_start[self.token_sentence].astype(np.int32), self.n_of_token)
+        key = np.take(src.ids, src_i)  # source word (int64) of every link
+        del src_i
+        key *= len(tgt.vocab)
+        key += np.repeat(tgt.ids, self.n_of_token)
+        unique_keys, self.pair = _pair_ids(key)
+        del key
         num_pairs = len(unique_keys)
         self.null_pair = num_pairs + tgt.ids
         self.num_entries = num_pairs + len(tgt.vocab)
@@ -293,22 +320,6 @@ class _Links:
         self.entry_row = np.concatenate((unique_keys // len(tgt.vocab) + 1, np.zeros(len(tgt.vocab), np.int64)))
         self.entry_col = np.concatenate((unique_keys % len(tgt.vocab), np.arange(len(tgt.vocab))))
         self.num_rows = len(src.vocab) + 1
-        # prior blocks: one m x n block per distinct sentence shape (fast_align's "size counts")
-        shape_key = m * (int(n.max()) + 1) + n
-        shapes, shape_of_sentence, self.shape_count = np.unique(shape_key, return_inverse=True, return_counts=True)
-        self.shape_m = shapes // (int(n.max()) + 1)
-        self.shape_n = shapes % (int(n.max()) + 1)
-        sizes = self.shape_m * self.shape_n
-        offset = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        local = np.arange(int(sizes.sum())) - np.repeat(offset, sizes)
-        self.block_m = np.repeat(self.shape_m, sizes).astype(np.float64)
-        self.block_n = np.repeat(self.shape_n, sizes).astype(np.float64)
-        block_n_int = np.repeat(self.shape_n, sizes)
-        self.block_j1 = (local // block_n_int + 1).astype(np.float64)
-        self.block_i1 = (local % block_n_int + 1).astype(np.float64)
-        token_block = offset[shape_of_sentence][self.token_sentence] + self.token_j * self.n_of_token
-        self.prior_index = np.repeat(token_block.astype(np.int32), self.n_of_token)
-        self.prior_index += src_i
 
     def row_words(self) -> list[str]:
         return [NULL_WORD] + self.src_vocab
@@ -333,31 +344,42 @@ class _Links:
             tension = 0.1 if tension <= 0.1 else min(tension, 14.0)
         return tension
 
-    def viterbi(self, probs: np.ndarray, null_probs: np.ndarray | None, reverse: bool) -> Alignments:
-        best = np.maximum.reduceat(probs, self.start)
-        is_best = probs == np.repeat(best, self.n_of_token)
-        where = np.flatnonzero(is_best)
-        token = np.searchsorted(self.start, where, side="right") - 1
-        first = np.concatenate(([True], token[1:] != token[:-1]))
+    def chunks(self):
+        """(token slice, link slice) pieces of about CHUNK_LINKS links: bounded temporaries, cache-sized work."""
+        ends = np.searchsorted(self.start, np.arange(CHUNK_LINKS, self.num_links, CHUNK_LINKS))
+        bounds = np.unique(np.concatenate(([0], ends, [self.num_tokens])))
+        link_bounds = np.append(self.start, self.num_links)
+        for t0, t1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            yield slice(t0, t1), slice(int(link_bounds[t0]), int(link_bounds[t1]))
+
+    def viterbi(self, probs, null_probs, tokens: slice, span: slice):
+        """Best link of each target token in a chunk: (token ids, source positions); NULL-aligned left out."""
+        lengths = self.n_of_token[tokens]
+        starts = self.start[tokens] - span.start
+        best = np.maximum.reduceat(probs, starts)
+        where = np.flatnonzero(probs == np.repeat(best, lengths))
+        token = np.searchsorted(starts, where, side="right") - 1
+        first = np.concatenate(([True], token[1:] != token[:-1]))  # the first maximum wins, as in fast_align
         where, token = where[first], token[first]
         if null_probs is not None:  # NULL is looked at first, so a source word must beat it strictly
             keep = best[token] > null_probs[token]
             where, token = where[keep], token[keep]
-        i = where - self.start[token]
+        return token + tokens.start, where - starts[token]
+
+    def alignments(self, found, reverse: bool) -> Alignments:
+        token = np.concatenate([f[0] for f in found])
+        i = np.concatenate([f[1] for f in found])
         j = self.token_j[token]
         source, target = (j, i) if reverse else (i, j)
         return Alignments(self.token_sentence[token], source, target, self.num_sentences)
 
 
-def _pair_ids(src_word: np.ndarray, tgt_word: np.ndarray, tgt_vocab_size: int):
-    """Distinct (source word, target word) keys, sorted, and each link's index into them.
+def _pair_ids(key: np.ndarray):
+    """Distinct keys (source word * |Vy| + target word), sorted, and each link's index into them.
 
     The key and the link number are packed into one int64 and sorted in place: one plain sort and one
-    scatter, about half the time and memory of ``np.unique(return_inverse=True)``.
+    scatter, about half the time and memory of ``np.unique(return_inverse=True)``. ``key`` is consumed.
     """
-    key = src_word.astype(np.int64)
-    key *= tgt_vocab_size
-    key += tgt_word
     index_bits = max(len(key) - 1, 1).bit_length()
     if int(key.max()).bit_length() + index_bits > 62:  # too big to pack: the plain way
         unique_keys, pair = np.unique(key, return_inverse=True)
@@ -365,7 +387,8 @@ def _pair_ids(src_word: np.ndarray, tgt_word: np.ndarray, tgt_vocab_size: int):
     key <<= index_bits
     key |= np.arange(len(key), dtype=np.int64)
     key.sort()
-    order = (key & ((1 << index_bits) - 1)).astype(np.int32)
+    order = key.astype(np.int32)  # the low 32 bits hold the link number
+    order &= (1 << index_bits) - 1
     key >>= index_bits
     new = np.empty(len(key), dtype=bool)
     new[0] = True

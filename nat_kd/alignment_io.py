@@ -89,10 +89,21 @@ class Alignments:
 
 
 def format_alignments(al: Alignments) -> str:
-    """Pharaoh text: per sentence, links in stored order, ``i-j`` joined by spaces."""
-    pieces = np.char.add(np.char.add(al.source.astype(str), "-"), al.target.astype(str))
-    starts = np.searchsorted(al.sentence, np.arange(al.num_sentences + 1))
-    return "".join(" ".join(pieces[starts[n]:starts[n + 1]].tolist()) + "\n" for n in range(al.num_sentences))
+    """Pharaoh text: per sentence, links in stored order (sentence numbers ascending), ``i-j`` joined by spaces."""
+    if len(al.sentence) == 0:
+        return "\n" * al.num_sentences
+    # each link as a ready string with its separator, looked up from a small table of all "i-j" pairs
+    width = int(max(al.source.max(), al.target.max())) + 1
+    names = [str(k) for k in range(width)]
+    pairs = np.array([f"{i}-{j}" for i in names for j in names], dtype=object)
+    last = np.ones(len(al.sentence), dtype=bool)
+    last[:-1] = al.sentence[1:] != al.sentence[:-1]
+    pieces = pairs[al.source * width + al.target] + np.where(last, "\n", " ").astype(object)
+    # sentences without links still get their (empty) line
+    empty = np.setdiff1d(np.arange(al.num_sentences), al.sentence)
+    keys = np.concatenate((al.sentence, empty))
+    order = np.argsort(keys, kind="stable")
+    return "".join(np.concatenate((pieces, np.full(len(empty), "\n", dtype=object)))[order].tolist())
 
 
 def read_alignments(path: str | os.PathLike) -> Alignments:

@@ -264,3 +264,26 @@ def test_missing_binary_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(CorpusError, match="no 'fast_align' executable on PATH"):
         run_fast_align_binary(["a"], ["x"], RECOMMENDED)
+
+
+def test_pair_ids_match_numpy_unique_on_large_keys():
+    from nat_kd.align import _pair_ids
+
+    rng = np.random.default_rng(3)
+    key = rng.integers(0, 1 << 38, 5000) // 7 * 7  # large keys, with repeats
+    key = np.concatenate((key, key[:1000]))
+    expected_keys, expected_pair = np.unique(key, return_inverse=True)
+    keys, pair = _pair_ids(key.copy())
+    assert (keys == expected_keys).all() and (pair == expected_pair).all()
+
+
+def test_chunked_e_step_gives_the_same_model(monkeypatch):
+    import nat_kd.align as align_module
+
+    src, tgt = random_corpus(11)
+    whole = FastAlign(RECOMMENDED).align_lines(src, tgt)
+    monkeypatch.setattr(align_module, "CHUNK_LINKS", 7)
+    pieces = FastAlign(RECOMMENDED).align_lines(src, tgt)
+    assert format_alignments(pieces.alignments) == format_alignments(whole.alignments)
+    assert pieces.table.prob == pytest.approx(whole.table.prob, rel=1e-12)
+    assert pieces.final_tension == pytest.approx(whole.final_tension, rel=1e-12)
