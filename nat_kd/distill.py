@@ -1,0 +1,286 @@
+"""Library API of seq-KD data generation: ``distill(DistillConfig(...)) -> DistillResult``.
+
+Plan: load the teacher(s) and the corpus, batch it as fairseq does (sorted by length, by tokens, nothing
+dropped), group batches into chunks, decode the chunks this shard owns (in worker processes, one per core,
+each saving its chunk atomically), then -- once every chunk of every shard is there -- merge them into the
+output directory. See generate_distilled.py for the command line.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import __version__
+from .chunk_store import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
+from .decoding import DecodingSettings, build_strategy
+
+logger = logging.getLogger("nat_kd.generate_distilled")
+# Bump when a change makes old partial progress unusable.
+PROGRESS_VERSION = 1
+
+
+@dataclass
+class DistillConfig:
+    teachers: list[str]
+    out_dir: str
+    spm_model: str
+    split: str = "train"
+    source: str | None = None  # raw source text (encoded with spm_model), or the source text of --data
+    data_dir: str | None = None  # fairseq-binarized folder holding SPLIT.SRC-TGT.SRC.{bin,idx}
+    reference: str | None = None  # raw reference targets, line-aligned with the source
+    dict_dir: str | None = None  # the teacher's dictionaries (default: the folder it was trained on)
+    decoding: DecodingSettings = field(default_factory=DecodingSettings)
+    name: str | None = None  # recorded in meta.json (default: the output folder's name)
+    max_tokens: int = 6000
+    max_sentences: int | None = None
+    chunk_sentences: int = 500
+    num_shards: int | None = None  # default: torchrun's WORLD_SIZE, else 1
+    shard_id: int | None = None  # default: torchrun's RANK, else 0
+    merge_only: bool = False
+    workers: int = 0  # decoding processes on this machine; 0: one per available core (CPU), 1 on GPU
+    threads: int = 0  # torch threads per worker; 0: cores / workers
+    device: str = "auto"  # "cpu", "cuda", or auto
+    progress_bar: bool = True
+
+
+@dataclass
+class DistillResult:
+    out_dir: Path
+    complete: bool  # False: this shard is done but others are not; merge later
+    meta: dict | None = None
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _device(cfg: DistillConfig) -> str:
+    import torch
+
+    if cfg.device == "auto":
+        if torch.cuda.is_available():
+            return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        return "cpu"
+    return cfg.device
+
+
+def _parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
+    if device != "cpu":
+        return 1, cfg.threads or 1
+    # under torchrun, the ranks on this machine share its cores
+    cores = max(1, available_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    workers = cfg.workers or cores
+    return workers, cfg.threads or max(1, cores // workers)
+
+
+class _Session:
+    """Everything loaded once per process: teacher, sentencepiece, corpus, fairseq dataset, chunk plan."""
+
+    def __init__(self, cfg: DistillConfig, device: str = "cpu"):
+        from .distill_corpus import load_corpus, load_sentencepiece
+        from .teacher import check_same_dictionary, load_teacher
+
+        self.cfg, self.device = cfg, device
+        self.strategy = build_strategy(cfg.decoding)
+        if self.strategy.needs_reference and not cfg.reference:
+            raise ValueError(f"strategy {self.strategy.name} reranks against the reference: pass --reference")
+        self.teacher = load_teacher(cfg.teachers, cfg.dict_dir)
+        if cfg.data_dir:
+            check_same_dictionary(self.teacher, Path(cfg.data_dir))
+        self.sp = load_sentencepiece(cfg.spm_model)
+        self.corpus = load_corpus(teacher=self.teacher, sp=self.sp, split=cfg.split, source=cfg.source,
+                                  data_dir=cfg.data_dir, reference=cfg.reference)
+        task = self.teacher.task
+        self.dataset = task.build_dataset_for_inference(self.corpus.source_tokens,
+                                                        [len(t) for t in self.corpus.source_tokens])
+        if device != "cpu":
+            for model in self.teacher.models:
+                model.to(device)
+
+    def batches(self) -> list[list[int]]:
+        """fairseq's own batching (length-sorted, by tokens), with every sentence kept: batch multiple 1,
+        and no size filter (over-long sources were truncated beforehand)."""
+        iterator = self.teacher.task.get_batch_iterator(
+            dataset=self.dataset, max_tokens=self.cfg.max_tokens, max_sentences=self.cfg.max_sentences,
+            max_positions=None, ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1,
+            num_shards=1, shard_id=0, num_workers=0, disable_iterator_cache=True)
+        return [list(map(int, batch)) for batch in iterator.frozen_batches]
+
+    def fingerprint(self) -> dict:
+        if not hasattr(self, "_fingerprint"):
+            self._fingerprint = self._compute_fingerprint()
+        return self._fingerprint
+
+    def _compute_fingerprint(self) -> dict:
+        cfg = self.cfg
+        return {"progress_version": PROGRESS_VERSION,
+                "teachers": [_sha256_file(p) for p in cfg.teachers],
+                "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
+                "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
+                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split,
+                "spm_model": _sha256_file(cfg.spm_model)}
+
+    def decoder(self):
+        from .decoding.runner import ChunkDecoder
+
+        return ChunkDecoder(self.teacher, self.strategy, self.dataset, self.corpus.references, self.sp, self.device)
+
+
+# ---- worker processes (spawned: each loads its own teacher; nothing forked from a threaded parent) ----
+_WORKER = {}
+
+
+def _worker_init(cfg: DistillConfig, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    logging.disable(logging.WARNING)  # fairseq's loading chatter, once per worker
+    _WORKER["decoder"] = _Session(cfg).decoder()
+
+
+def _worker_decode(job):
+    index, batches = job
+    return index, _WORKER["decoder"].decode_chunk(batches)
+
+
+def _decode_pending(session: _Session, store: ChunkStore, chunks, pending: list[int], workers: int,
+                    threads: int, shard_label: str) -> int:
+    """Decode the ``pending`` chunks, saving each as it finishes; returns the number of sentences decoded."""
+    from tqdm import tqdm
+
+    total = sum(len(b) for i in pending for b in chunks[i])
+    bar = tqdm(total=total, unit="sent", desc=f"distil {shard_label}", disable=not session.cfg.progress_bar,
+               dynamic_ncols=True, file=sys.stderr)
+    jobs = [(i, chunks[i]) for i in pending]
+    try:
+        if workers <= 1 or len(jobs) <= 1:
+            import torch
+
+            torch.set_num_threads(threads)
+            decoder = session.decoder()
+            results = (( i, decoder.decode_chunk(b)) for i, b in jobs)
+            for index, result in results:
+                store.save(index, result)
+                bar.update(len(result["ids"]))
+        else:
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(min(workers, len(jobs)), initializer=_worker_init,
+                              initargs=(session.cfg, threads)) as pool:
+                for index, result in pool.imap_unordered(_worker_decode, jobs):
+                    store.save(index, result)
+                    bar.update(len(result["ids"]))
+    finally:
+        bar.close()
+    return total
+
+
+def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing: dict) -> dict:
+    from .distill_output import scores, write_output
+
+    cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
+    store.check_complete(len(chunks), num_shards)
+    pieces: list[str | None] = [None] * len(corpus)
+    decode_seconds = 0.0
+    for index in range(len(chunks)):
+        result = store.load(index)
+        decode_seconds += result["seconds"]
+        for sentence_id, piece_line in zip(result["ids"], result["pieces"]):
+            pieces[sentence_id] = piece_line
+    lost = [i + 1 for i, p in enumerate(pieces) if p is None]
+    if lost:
+        raise ProgressError(f"{len(lost)} sentences have no output (lines {lost[:10]}...); delete {store.dir} "
+                            "and rerun")
+    target_text = session.sp.decode([p.split() for p in pieces])
+    source_pieces = [teacher.src_dict.string(t) for t in corpus.source_tokens]
+    out_dir = Path(cfg.out_dir)
+    meta = {
+        "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
+        "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
+        "seed": cfg.decoding.seed, "teacher": teacher.describe(), "corpus": corpus.source_description,
+        "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
+        "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
+        "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
+        "empty_outputs": sum(1 for p in pieces if not p),
+        "scores": scores(target_text, corpus.references),
+        "batching": {"max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
+                     "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
+                     "required_batch_size_multiple": 1, "num_shards": num_shards},
+        "fingerprint": session.fingerprint(), "nat_kd_version": __version__,
+        "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
+        "files": {"source": f"{cfg.split}.{teacher.source_lang}", "target": f"{cfg.split}.{teacher.target_lang}",
+                  "binarized": "bin/", "pieces": "spm/"},
+    }
+    write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
+                 source_text=corpus.source_text, source_pieces=source_pieces, target_pieces=pieces,
+                 target_text=target_text, dict_dir=teacher.dict_dir, meta=meta)
+    return meta
+
+
+def _already_done(out_dir: Path, fingerprint: dict) -> dict | None:
+    meta_file = out_dir / "meta.json"
+    if meta_file.is_file():
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        if meta.get("fingerprint") == fingerprint:
+            return meta
+    return None
+
+
+def distill(cfg: DistillConfig) -> DistillResult:
+    started = time.perf_counter()
+    device = _device(cfg)
+    workers, threads = _parallelism(cfg, device)
+    num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
+    session = _Session(cfg, device)
+    out_dir = Path(cfg.out_dir)
+    fingerprint = session.fingerprint()
+    done = _already_done(out_dir, fingerprint)
+    if done is not None:
+        logger.info("%s is already complete (same teacher, corpus and settings): nothing to do", out_dir)
+        return DistillResult(out_dir, True, done)
+    store = ChunkStore(out_dir.with_name(out_dir.name + ".partial"))
+    chunks = store.open_plan(fingerprint, plan_chunks(session.batches(), cfg.chunk_sentences))
+    label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
+    decoded, decode_wall = 0, 0.0
+    if not cfg.merge_only:
+        pending = [i for i in shard_chunks(len(chunks), shard_id, num_shards) if not store.is_done(i)]
+        logger.info("%s: %d chunks, %d to decode in %s (%d worker(s) x %d thread(s) on %s)", out_dir,
+                    len(chunks), len(pending), label, workers, threads, device)
+        t0 = time.perf_counter()
+        decoded = _decode_pending(session, store, chunks, pending, workers, threads, label)
+        decode_wall = time.perf_counter() - t0
+    if store.missing(len(chunks)) and not cfg.merge_only:
+        logger.info("%s done; other shards are still missing. When all are done, run the same command with "
+                    "--merge (or any shard finishing last merges)", label)
+        return DistillResult(out_dir, False)
+    with store.merge_lock() as mine:
+        if not mine:
+            logger.info("another process is merging %s", out_dir)
+            return DistillResult(out_dir, False)
+        done = _already_done(out_dir, fingerprint)
+        if done is None:
+            timing = {"wall_seconds": None, "decode_wall_seconds": round(decode_wall, 3),
+                      "sentences_decoded_this_run": decoded,
+                      "sentences_per_second": round(decoded / decode_wall, 2) if decode_wall > 0 else None,
+                      "workers": workers, "threads_per_worker": threads, "device": device}
+            timing["wall_seconds"] = round(time.perf_counter() - started, 3)
+            done = _merge(session, store, chunks, num_shards, timing)
+    store.remove()
+    return DistillResult(out_dir, True, done)

@@ -1,0 +1,117 @@
+"""The corpus to distil: source token ids in the teacher's dictionary, the source text, the references.
+
+Either raw text (encoded here with the sentencepiece model) or a fairseq-binarized split. Long sources are
+truncated to the teacher's maximum positions and empty sources decoded as they are; both are recorded
+(1-based line numbers) rather than dropped, so the output always has one line per input line.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .corpus import CorpusError, read_lines
+
+
+@dataclass
+class DistillCorpus:
+    source_tokens: list[torch.Tensor]  # each ends with EOS, at most the teacher's source positions long
+    source_text: list[str]
+    references: list[str] | None
+    truncated_lines: list[int] = field(default_factory=list)  # 1-based
+    empty_lines: list[int] = field(default_factory=list)  # 1-based
+    source_description: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.source_tokens)
+
+    def fingerprint(self) -> str:
+        """A hash of what the decode depends on: the token ids (and references, used by seq-inter)."""
+        digest = hashlib.sha256()
+        sizes = np.array([len(t) for t in self.source_tokens], dtype=np.int64)
+        digest.update(sizes.tobytes())
+        digest.update(torch.cat(self.source_tokens).numpy().astype(np.int64).tobytes() if len(sizes) else b"")
+        for line in self.references or []:
+            digest.update(line.encode("utf-8") + b"\n")
+        return digest.hexdigest()
+
+
+def load_sentencepiece(path: str | Path):
+    import sentencepiece as spm
+
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"sentencepiece model {path} does not exist; pass --spm-model (nat_kd.prepare writes "
+                          "DATA/spm.model)")
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except Exception as err:
+        raise CorpusError(f"cannot load sentencepiece model {path}: {err}") from None
+
+
+def encode_text(lines: list[str], sp, dictionary) -> list[torch.Tensor]:
+    """Raw lines -> sentencepiece pieces -> ids in ``dictionary`` with EOS appended, as fairseq-preprocess does."""
+    pieces = sp.encode(lines, out_type=str)
+    return [dictionary.encode_line(" ".join(p), add_if_not_exist=False, append_eos=True).long() for p in pieces]
+
+
+def load_binarized(data_dir: Path, split: str, lang: str, pair: str, dictionary) -> list[torch.Tensor]:
+    from fairseq.data import data_utils
+
+    prefix = data_dir / f"{split}.{pair}.{lang}"
+    dataset = data_utils.load_indexed_dataset(str(prefix), dictionary)
+    if dataset is None:
+        raise CorpusError(f"no binarized {split} data for {pair} in {data_dir} (looked for {prefix}.bin/.idx); "
+                          "check --data and --split")
+    return [dataset[i].long() for i in range(len(dataset))]
+
+
+def _check_count(what: str, path, count: int, expected: int, against: str) -> None:
+    if count != expected:
+        raise CorpusError(f"line-count mismatch: {what} {path} has {count} lines but {against} has {expected}; "
+                          "they must be line-aligned")
+
+
+def truncate(tokens: list[torch.Tensor], max_source: int, eos: int) -> list[int]:
+    """Cut sources longer than ``max_source`` (EOS included) in place; returns their 1-based line numbers."""
+    cut = []
+    for i, t in enumerate(tokens):
+        if len(t) > max_source:
+            tokens[i] = torch.cat([t[: max_source - 1], t.new_tensor([eos])])
+            cut.append(i + 1)
+    return cut
+
+
+def load_corpus(*, teacher, sp, split: str, source: str | None = None, data_dir: str | None = None,
+                reference: str | None = None) -> DistillCorpus:
+    """The corpus from raw ``source`` text, or from binarized ``data_dir`` (``source`` then only gives the text)."""
+    src_dict, eos = teacher.src_dict, teacher.src_dict.eos()
+    pair = f"{teacher.source_lang}-{teacher.target_lang}"
+    description = {"split": split}
+    text = read_lines(source) if source else None
+    if data_dir:
+        tokens = load_binarized(Path(data_dir), split, teacher.source_lang, pair, src_dict)
+        description["binarized"] = str(Path(data_dir).resolve())
+        if text is None:  # no raw text given: the source copy is the detokenized binarized source
+            text = sp.decode([src_dict.string(t).split() for t in tokens])
+        else:
+            _check_count("source", source, len(text), len(tokens), f"binarized {data_dir} ({split})")
+    elif text is not None:
+        tokens = encode_text(text, sp, src_dict)
+    else:
+        raise CorpusError("no corpus given: pass --source (raw text), --data (binarized) or --prepared")
+    if source:
+        description["source"] = str(Path(source).resolve())
+    references = None
+    if reference:
+        references = read_lines(reference)
+        _check_count("reference", reference, len(references), len(tokens), f"the source ({source or data_dir})")
+        description["reference"] = str(Path(reference).resolve())
+    if not tokens:
+        raise CorpusError(f"the source ({source or data_dir}) is empty: nothing to distil")
+    empty = [i + 1 for i, t in enumerate(tokens) if len(t) <= 1]
+    truncated = truncate(tokens, teacher.max_positions[0], eos)
+    return DistillCorpus(tokens, text, references, truncated, empty, description)
