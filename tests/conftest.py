@@ -1,0 +1,34 @@
+"""Shared fixtures: a tiny slice of the real default corpus, prepared once per test session."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def tiny_en_de(tmp_path_factory):
+    """Multi30k en-de with the first 203 training pairs (not a multiple of 8) (full valid/test), vocabulary 300, prepared by nat_kd."""
+    from nat_kd.prepare import PrepareConfig, prepare
+
+    return prepare(PrepareConfig("en", "de", vocab_size=300, train_limit=203),
+                   out_dir=tmp_path_factory.mktemp("data") / "en-de")
+
+
+def run_fairseq(tool: str, *args, cwd=ROOT) -> str:
+    """Run fairseq_cli.<tool> (train, generate, ...) in a subprocess; returns its combined output."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", f"fairseq_cli.{tool}", *map(str, args)], cwd=cwd, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"fairseq-{tool} failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
+    return proc.stdout
+
+
+# Micro dimensions for any kd_* architecture: enough to train and decode in seconds.
+MICRO_MODEL = ("--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32",
+               "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+               "--encoder-attention-heads", "2", "--decoder-attention-heads", "2")

@@ -1,0 +1,59 @@
+"""Registered architectures build, and their sizes are the paper's teachers' (within 10%, exact by formula)."""
+import pytest
+
+import fairseq_plugins  # noqa: F401  (registers the architectures)
+from fairseq_plugins.models.counting import count_parameters
+from fairseq_plugins.models.sizes import SIZES
+from fairseq_plugins.models.students import STUDENT_ARCHS, STUDENT_FAMILIES
+from fairseq_plugins.models.teachers import TEACHER_ARCHS
+
+PAPER_TEACHER_PARAMS = {"tiny": 16e6, "small": 37e6, "base": 65e6, "big": 218e6}
+
+
+def transformer_params(vocab: int, d: int, ffn: int, layers: int) -> int:
+    """Closed form for fairseq's post-norm transformer with all embeddings shared, sinusoidal positions."""
+    attention = 4 * d * d + 4 * d  # q, k, v, out projections with biases
+    feed_forward = 2 * d * ffn + ffn + d
+    layer_norm = 2 * d
+    encoder_layer = attention + feed_forward + 2 * layer_norm
+    decoder_layer = 2 * attention + feed_forward + 3 * layer_norm
+    return vocab * d + layers * (encoder_layer + decoder_layer)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_teacher_parameter_count_matches_formula_and_paper(size):
+    s = SIZES[size]
+    counted = count_parameters(f"kd_transformer_{size}", 40000)
+    assert counted == transformer_params(40000, s.embed_dim, s.ffn_dim, s.layers)
+    assert abs(counted - PAPER_TEACHER_PARAMS[size]) <= 0.10 * PAPER_TEACHER_PARAMS[size]
+
+
+def test_hand_computed_tiny_teacher():
+    # 40000*256 + 3*(263168 + 525568 + 1024) + 3*(2*263168 + 525568 + 1536), worked out by hand
+    assert count_parameters("kd_transformer_tiny", 40000) == 15_769_600
+
+
+def test_every_size_registered_for_teachers_and_each_student_family():
+    assert set(TEACHER_ARCHS) == {f"kd_transformer_{s}" for s in SIZES}
+    assert set(STUDENT_ARCHS) == {f"kd_{f}_{s}" for f in STUDENT_FAMILIES for s in SIZES}
+
+
+@pytest.mark.parametrize("family", list(STUDENT_FAMILIES))
+def test_students_are_teacher_sized(family):
+    teacher = count_parameters("kd_transformer_tiny", 8008)
+    student = count_parameters(f"kd_{family}_tiny", 8008)
+    # same encoder/decoder; NAT heads add at most a few length/edit classifiers of d x d
+    assert teacher <= student <= teacher + 3 * 256 * 256
+
+
+def test_vanilla_nat_adds_exactly_its_length_embedding():
+    # 256 possible lengths x 256 dims: the only module a vanilla NAT has beyond the AT transformer
+    assert count_parameters("kd_nat_tiny", 8008) - count_parameters("kd_transformer_tiny", 8008) == 256 * 256
+
+
+def test_command_line_size_flags_override_the_architecture():
+    from fairseq_plugins.models.counting import build_model
+
+    model = build_model("kd_transformer_tiny", 100, encoder_layers=1, decoder_layers=1)
+    assert len(model.encoder.layers) == 1 and len(model.decoder.layers) == 1
+    assert model.encoder.embed_tokens.embedding_dim == 256

@@ -1,0 +1,98 @@
+"""Data preparation: outputs, the content-hash cache, the mixed corpus and clear errors on bad input."""
+import gzip
+import json
+
+import pytest
+
+from nat_kd.corpus import DEFAULT_DATA_DIR, CorpusError, read_lines
+from nat_kd.prepare import PrepareConfig, main, prepare
+
+LINES = {"train": 40, "val": 12, "test_2016_flickr": 10}
+
+
+@pytest.fixture
+def raw_dir(tmp_path):
+    """A small copy of the real corpus: the first lines of every split and language, gzipped as shipped."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split, n in LINES.items():
+        for lang in ("en", "de", "fr", "cs"):
+            lines = read_lines(DEFAULT_DATA_DIR / f"{split}.{lang}.gz")[:n]
+            with gzip.open(raw / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
+                handle.write("".join(line + "\n" for line in lines))
+    return raw
+
+
+def small(tgt="de", vocab=120):
+    return PrepareConfig("en", tgt, vocab_size=vocab)
+
+
+def test_outputs_are_line_aligned_and_binarized(raw_dir, tmp_path):
+    out = prepare(small(), raw_dir, tmp_path / "out")
+    assert read_lines(out / "raw" / "train.de") == read_lines(raw_dir / "train.de.gz")
+    assert len(read_lines(out / "spm" / "valid.en")) == LINES["val"]
+    for name in ("train.en-de.en.bin", "valid.en-de.de.idx", "test.en-de.en.bin", "dict.en.txt", "dict.de.txt"):
+        assert (out / "bin" / name).is_file()
+    # one joined dictionary: the source and target dictionaries are the same file content
+    assert (out / "bin" / "dict.en.txt").read_text() == (out / "bin" / "dict.de.txt").read_text()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["sentences"] == {"train": 40, "valid": 12, "test": 10}
+
+
+def test_rerun_is_a_noop_and_changes_rebuild(raw_dir, tmp_path, caplog):
+    out = prepare(small(), raw_dir, tmp_path / "out")
+    manifest = out / "manifest.json"
+    first = manifest.stat().st_mtime_ns
+    caplog.set_level("INFO")
+    prepare(small(), raw_dir, out)
+    assert manifest.stat().st_mtime_ns == first
+    assert "up to date" in caplog.text
+
+    prepare(small(vocab=110), raw_dir, out)  # a changed setting rebuilds
+    second = json.loads(manifest.read_text())
+    assert second["config"]["vocab_size"] == 110
+
+    lines = read_lines(raw_dir / "train.de.gz")
+    lines[3] = "Ein ganz anderer Satz ."
+    with gzip.open(raw_dir / "train.de.gz", "wt", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+    prepare(small(vocab=110), raw_dir, out)  # a changed input rebuilds
+    assert json.loads(manifest.read_text())["fingerprint"] != second["fingerprint"]
+    assert read_lines(out / "raw" / "train.de")[3] == "Ein ganz anderer Satz ."
+
+
+def test_mixed_multi_target_corpus(raw_dir, tmp_path):
+    out = prepare(small(tgt="mix", vocab=200), raw_dir, tmp_path / "mix")
+    sources, targets = read_lines(out / "raw" / "train.en"), read_lines(out / "raw" / "train.mix")
+    langs = read_lines(out / "train.lang")
+    assert len(sources) == len(targets) == len(langs) == 3 * LINES["train"]
+    assert langs[:6] == ["de", "fr", "cs", "de", "fr", "cs"]
+    english = read_lines(raw_dir / "train.en.gz")
+    assert sources[3:6] == [english[1]] * 3  # the same English sentence, three targets, no language tag
+    assert targets[4] == read_lines(raw_dir / "train.fr.gz")[1]
+    assert (out / "bin" / "train.en-mix.mix.bin").is_file()
+
+
+def test_missing_data_directory(tmp_path):
+    with pytest.raises(CorpusError, match=r"nowhere.*does not exist.*NAT_KD_DATA"):
+        prepare(small(), tmp_path / "nowhere", tmp_path / "out")
+
+
+def test_line_count_mismatch_names_file_and_counts(raw_dir, tmp_path):
+    lines = read_lines(raw_dir / "val.de.gz")[:-2]
+    with gzip.open(raw_dir / "val.de.gz", "wt", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+    with pytest.raises(CorpusError, match=r"val\.en\.gz has 12 lines but .*val\.de\.gz has 10"):
+        prepare(small(), raw_dir, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+@pytest.mark.parametrize("src,tgt", [("en", "xx"), ("en", "en"), ("mix", "de")])
+def test_unknown_language_pair(src, tgt):
+    with pytest.raises(CorpusError, match="unknown language pair"):
+        PrepareConfig(src, tgt)
+
+
+def test_cli_reports_errors_without_traceback(tmp_path, capsys):
+    assert main(["--src", "en", "--tgt", "jp", "--data-dir", str(tmp_path)]) == 2
+    assert "unknown language pair en-jp" in capsys.readouterr().err
