@@ -5,3 +5,4 @@ loading work under torch >= 2.6 without opening it to arbitrary pickles (see che
 """
 from . import checkpoint_safety  # noqa: F401  (must run before any checkpoint is loaded)
 from .models import students, teachers  # noqa: F401
+from . import criterions  # noqa: F401
