@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from nat_kd.alignment_io import (NULL_WORD, Alignments, TranslationTable, format_parallel, read_alignments,
-                                 read_table)
+                                 read_parallel_tokens, read_table)
 from nat_kd.corpus import CorpusError
 
 UNINITIALISED_PROB = 1e-9  # fast_align's t(y|x) before the first normalisation
@@ -62,8 +62,10 @@ class AlignerOptions:
 
     def fast_align_args(self) -> list[str]:
         """The same settings as fast_align command-line flags."""
-        args = ["-I", str(self.iterations), "-a", repr(self.alpha), "-T", repr(self.diagonal_tension),
-                "-q", repr(self.p_null), "-t", repr(self.beam_threshold)]
+        args = ["-I", str(self.iterations), "-a", repr(self.alpha), "-q", repr(self.p_null),
+                "-t", repr(self.beam_threshold)]
+        if self.favor_diagonal:  # fast_align's -T also switches -d on, so pass it only with -d
+            args += ["-T", repr(self.diagonal_tension)]
         for flag, on in (("-d", self.favor_diagonal), ("-o", self.optimize_tension),
                          ("-v", self.variational_bayes), ("-N", self.no_null_word), ("-r", self.reverse)):
             if on:
@@ -94,7 +96,10 @@ class EncodedSide:
     @classmethod
     def from_lines(cls, lines: list[str]) -> "EncodedSide":
         """Whitespace-split tokens; vocabulary in order of first appearance (as fast_align's Dict)."""
-        token_lists = [line.split() for line in lines]
+        return cls.from_token_lists([line.split() for line in lines])
+
+    @classmethod
+    def from_token_lists(cls, token_lists: list[list[str]]) -> "EncodedSide":
         lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
         flat = list(itertools.chain.from_iterable(token_lists))
         index = dict(zip(dict.fromkeys(flat), itertools.count()))
@@ -192,6 +197,11 @@ class FastAlign:
     def align_lines(self, src: list[str], tgt: list[str]) -> AlignmentResult:
         """Align whitespace-tokenised, line-aligned sentences (each side non-empty)."""
         return self.align(EncodedSide.from_lines(src), EncodedSide.from_lines(tgt))
+
+    def align_file(self, path: str | os.PathLike) -> AlignmentResult:
+        """Align a fast_align input file (``src ||| tgt``, tokenised), like ``fast_align -i path``."""
+        src, tgt = read_parallel_tokens(path)
+        return self.align(EncodedSide.from_token_lists(src), EncodedSide.from_token_lists(tgt))
 
     def align(self, src: EncodedSide, tgt: EncodedSide) -> AlignmentResult:
         opt = self.options

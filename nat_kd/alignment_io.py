@@ -56,20 +56,26 @@ def format_parallel(src: list[str], tgt: list[str]) -> str:
     return "".join(f"{s} {SEPARATOR} {t}\n" for s, t in zip(src, tgt))
 
 
-def read_parallel_text(path: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """Source and target sides of a ``src ||| tgt`` file, split at the first ``|||`` token as fast_align does."""
+def read_parallel_tokens(path: str | os.PathLike) -> tuple[list[list[str]], list[list[str]]]:
+    """Source and target tokens of a ``src ||| tgt`` file, split at the first ``|||`` token as fast_align does."""
     src, tgt = [], []
     for number, line in enumerate(read_lines(path), 1):
         tokens = line.split()
-        if SEPARATOR not in tokens:
-            raise CorpusError(f"{path}:{number}: no ' ||| ' separator; each line must be 'source ||| target'")
-        cut = tokens.index(SEPARATOR)
-        s, t = " ".join(tokens[:cut]), " ".join(tokens[cut + 1:])
-        if not s or not t:
+        try:
+            cut = tokens.index(SEPARATOR)
+        except ValueError:
+            raise CorpusError(f"{path}:{number}: no ' ||| ' separator; each line must be 'source ||| target'") from None
+        if cut == 0 or cut == len(tokens) - 1:
             raise CorpusError(f"{path}:{number}: empty source or target side; remove the line")
-        src.append(s)
-        tgt.append(t)
+        src.append(tokens[:cut])
+        tgt.append(tokens[cut + 1:])
     return src, tgt
+
+
+def read_parallel_text(path: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """Source and target sides of a ``src ||| tgt`` file as space-joined token strings."""
+    src, tgt = read_parallel_tokens(path)
+    return [" ".join(s) for s in src], [" ".join(t) for t in tgt]
 
 
 # ---------------------------------------------------------------- Pharaoh alignments

@@ -40,7 +40,8 @@ def add_aligner_flags(parser, recommended: bool):
     group.add_argument("-v", "--variational-bayes", action=argparse.BooleanOptionalAction, default=recommended)
     group.add_argument("-a", "--alpha", type=float, default=0.01, help="Dirichlet prior alpha for -v")
     group.add_argument("-I", "--iterations", type=int, default=5)
-    group.add_argument("-T", "--diagonal-tension", type=float, default=4.0, help="initial tension")
+    group.add_argument("-T", "--diagonal-tension", type=float,
+                       help="initial tension (default 4); like fast_align, giving it implies -d")
     group.add_argument("-q", "--p-null", type=float, default=0.08, help="NULL alignment probability")
     group.add_argument("-N", "--no-null-word", action="store_true")
     group.add_argument("-r", "--reverse", action="store_true", help="align target to source")
@@ -51,9 +52,11 @@ def add_aligner_flags(parser, recommended: bool):
 
 
 def aligner_options(args) -> AlignerOptions:
-    return AlignerOptions(iterations=args.iterations, favor_diagonal=args.favor_diagonal,
+    given_tension = args.diagonal_tension is not None
+    return AlignerOptions(iterations=args.iterations, favor_diagonal=args.favor_diagonal or given_tension,
                           optimize_tension=args.optimize_tension, variational_bayes=args.variational_bayes,
-                          alpha=args.alpha, diagonal_tension=args.diagonal_tension, p_null=args.p_null,
+                          alpha=args.alpha, diagonal_tension=args.diagonal_tension if given_tension else 4.0,
+                          p_null=args.p_null,
                           no_null_word=args.no_null_word, reverse=args.reverse, beam_threshold=args.beam_threshold)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nat_kd.align import RECOMMENDED  # noqa: E402
-from nat_kd.alignment_io import format_alignments, format_parallel, format_table, read_parallel_text  # noqa: E402
+from nat_kd.alignment_io import format_alignments, format_parallel, format_table  # noqa: E402
 from nat_kd.corpus import data_dir, read_lines, split_file  # noqa: E402
 
 
@@ -36,14 +36,13 @@ def worker(corpus: str, out_dir: str) -> None:
     from nat_kd.metrics import Complexity
 
     start = time.perf_counter()
-    src, tgt = read_parallel_text(corpus)
-    result = FastAlign(RECOMMENDED).align_lines(src, tgt)
+    result = FastAlign(RECOMMENDED).align_file(corpus)
     Path(out_dir, "links").write_text(format_alignments(result.alignments))
     table = result.exported_table()
     Path(out_dir, "table").write_text(format_table(table))
     wall = time.perf_counter() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"wall_s": wall, "peak_mb": peak_mb, "pairs": len(src), "table_entries": len(table.prob),
+    print(json.dumps({"wall_s": wall, "peak_mb": peak_mb, "pairs": result.alignments.num_sentences, "table_entries": len(table.prob),
                       "complexity": Complexity().table_score(table).score, "tension": result.final_tension}))
 
 

@@ -258,6 +258,13 @@ def test_binary_output_is_parsed(fake_fast_align):
     assert table.rows == ["a", "b"] and table.prob == pytest.approx([math.exp(-0.1), math.exp(-0.2)])
     args = (fake_fast_align / "args.txt").read_text().split()
     assert {"-d", "-o", "-v", "-p"} <= set(args) and args[args.index("-I") + 1] == "5"
+    assert args[args.index("-T") + 1] == "4.0"
+
+
+def test_binary_gets_no_tension_without_diagonal(fake_fast_align):
+    # fast_align's -T switches -d on, so a plain Model 1 run must not pass it
+    run_fast_align_binary(["a", "b"], ["x", "y"], AlignerOptions())
+    assert "-T" not in (fake_fast_align / "args.txt").read_text().split()
 
 
 def test_missing_binary_is_a_clear_error(monkeypatch, tmp_path):
@@ -287,3 +294,13 @@ def test_chunked_e_step_gives_the_same_model(monkeypatch):
     assert format_alignments(pieces.alignments) == format_alignments(whole.alignments)
     assert pieces.table.prob == pytest.approx(whole.table.prob, rel=1e-12)
     assert pieces.final_tension == pytest.approx(whole.final_tension, rel=1e-12)
+
+
+def test_align_file_reads_fast_align_input(tmp_path):
+    (tmp_path / "c.txt").write_text("a b ||| x y\nb  c |||  y z\n")
+    from_file = FastAlign(RECOMMENDED).align_file(tmp_path / "c.txt")
+    from_lines = FastAlign(RECOMMENDED).align_lines(["a b", "b c"], ["x y", "y z"])
+    assert format_alignments(from_file.alignments) == format_alignments(from_lines.alignments)
+    (tmp_path / "bad.txt").write_text("a b ||| x\na b x\n")
+    with pytest.raises(CorpusError, match="bad.txt:2: no ' \\|\\|\\| ' separator"):
+        FastAlign().align_file(tmp_path / "bad.txt")

@@ -128,3 +128,9 @@ def test_fast_align_aligner_runs_the_binary(corpus, tmp_path, monkeypatch, capsy
     p = [x / sum(p) for x in p]
     assert result["score"] == pytest.approx(-sum(x * math.log(x) for x in p), rel=1e-6)
     assert "aligner:fast_align(" in result["signature"]
+
+
+def test_tension_flag_implies_favour_diagonal(tmp_path, capsys):
+    (tmp_path / "c.txt").write_text("a b ||| x y\n")
+    assert main(["align", "-i", str(tmp_path / "c.txt"), "-T", "2.5"]) == 0
+    assert "builtin(I5|d|a0.01|T2.5" in capsys.readouterr().err
