@@ -201,7 +201,9 @@ class FastAlign:
     def align_file(self, path: str | os.PathLike) -> AlignmentResult:
         """Align a fast_align input file (``src ||| tgt``, tokenised), like ``fast_align -i path``."""
         src, tgt = read_parallel_tokens(path)
-        return self.align(EncodedSide.from_token_lists(src), EncodedSide.from_token_lists(tgt))
+        encoded = EncodedSide.from_token_lists(src), EncodedSide.from_token_lists(tgt)
+        del src, tgt  # the token strings are no longer needed: free them before training
+        return self.align(*encoded)
 
     def align(self, src: EncodedSide, tgt: EncodedSide) -> AlignmentResult:
         opt = self.options
@@ -310,19 +312,14 @@ class _Links:
         self.block_n = block_n.astype(np.float64)
         self.block_j1 = (local // block_n + 1).astype(np.float64)
         self.block_i1 = (local % block_n + 1).astype(np.float64)
-        # per link: source position (0-based), then its prior-block cell, then its source word
-        src_i = np.arange(self.num_links, dtype=np.int32)
-        src_i -= np.repeat(self.start.astype(np.int32), self.n_of_token)
+        # per link, built a chunk at a time so no corpus-sized temporaries pile up: its cell in the prior
+        # blocks, and (below) its (source word, target word) table entry
         token_block = offset[shape_of_sentence][self.token_sentence] + self.token_j * self.n_of_token
-        self.prior_index = np.repeat(token_block.astype(np.int32), self.n_of_token)
-        self.prior_index += src_i
-        src_i += np.repeat(src_start[self.token_sentence].astype(np.int32), self.n_of_token)
-        key = np.take(src.ids, src_i)  # source word (int64) of every link
-        del src_i
-        key *= len(tgt.vocab)
-        key += np.repeat(tgt.ids, self.n_of_token)
-        unique_keys, self.pair = _pair_ids(key)
-        del key
+        self.prior_index = np.empty(self.num_links, dtype=np.int32)
+        for tokens, span in self.chunks():
+            self.prior_index[span] = np.repeat(token_block[tokens], self.n_of_token[tokens]) + self._source_position(
+                tokens, span)
+        unique_keys, self.pair = self._pair_ids(src.ids, src_start, tgt.ids, len(tgt.vocab))
         num_pairs = len(unique_keys)
         self.null_pair = num_pairs + tgt.ids
         self.num_entries = num_pairs + len(tgt.vocab)
@@ -330,6 +327,44 @@ class _Links:
         self.entry_row = np.concatenate((unique_keys // len(tgt.vocab) + 1, np.zeros(len(tgt.vocab), np.int64)))
         self.entry_col = np.concatenate((unique_keys % len(tgt.vocab), np.arange(len(tgt.vocab))))
         self.num_rows = len(src.vocab) + 1
+
+    def _source_position(self, tokens: slice, span: slice) -> np.ndarray:
+        """0-based source position of each link in a chunk."""
+        return np.arange(span.start, span.stop) - np.repeat(self.start[tokens], self.n_of_token[tokens])
+
+    def _pair_ids(self, src_ids, src_start, tgt_ids, tgt_vocab_size):
+        """Distinct keys (source word * |Vy| + target word), sorted, and each link's index into them.
+
+        Each key is packed with its link number into one int64 and sorted in place: one plain sort and one
+        scatter, about half the time and memory of ``np.unique(return_inverse=True)``.
+        """
+        key = np.empty(self.num_links, dtype=np.int64)
+        token_src_start = src_start[self.token_sentence]
+        for tokens, span in self.chunks():
+            lengths = self.n_of_token[tokens]
+            src_word = np.take(src_ids, np.repeat(token_src_start[tokens], lengths) + self._source_position(tokens, span))
+            key[span] = src_word * tgt_vocab_size + np.repeat(tgt_ids[tokens], lengths)
+        index_bits = max(self.num_links - 1, 1).bit_length()
+        if int(key.max()).bit_length() + index_bits > 62:  # too big to pack: the plain way
+            unique_keys, pair = np.unique(key, return_inverse=True)
+            return unique_keys, pair.astype(np.int32)
+        key <<= index_bits
+        for tokens, span in self.chunks():
+            key[span] |= np.arange(span.start, span.stop, dtype=np.int64)
+        key.sort()
+        order = key.astype(np.int32)  # the low 32 bits hold the link number
+        order &= (1 << index_bits) - 1
+        key >>= index_bits
+        new = np.empty(self.num_links, dtype=bool)
+        new[0] = True
+        np.not_equal(key[1:], key[:-1], out=new[1:])
+        unique_keys = key[new]
+        del key
+        ids = np.cumsum(new, dtype=np.int32)
+        ids -= 1
+        pair = np.empty(self.num_links, dtype=np.int32)
+        pair[order] = ids
+        return unique_keys, pair
 
     def row_words(self) -> list[str]:
         return [NULL_WORD] + self.src_vocab
@@ -382,30 +417,6 @@ class _Links:
         j = self.token_j[token]
         source, target = (j, i) if reverse else (i, j)
         return Alignments(self.token_sentence[token], source, target, self.num_sentences)
-
-
-def _pair_ids(key: np.ndarray):
-    """Distinct keys (source word * |Vy| + target word), sorted, and each link's index into them.
-
-    The key and the link number are packed into one int64 and sorted in place: one plain sort and one
-    scatter, about half the time and memory of ``np.unique(return_inverse=True)``. ``key`` is consumed.
-    """
-    index_bits = max(len(key) - 1, 1).bit_length()
-    if int(key.max()).bit_length() + index_bits > 62:  # too big to pack: the plain way
-        unique_keys, pair = np.unique(key, return_inverse=True)
-        return unique_keys, pair.astype(np.int32)
-    key <<= index_bits
-    key |= np.arange(len(key), dtype=np.int64)
-    key.sort()
-    order = key.astype(np.int32)  # the low 32 bits hold the link number
-    order &= (1 << index_bits) - 1
-    key >>= index_bits
-    new = np.empty(len(key), dtype=bool)
-    new[0] = True
-    np.not_equal(key[1:], key[:-1], out=new[1:])
-    pair = np.empty(len(key), dtype=np.int32)
-    pair[order] = np.cumsum(new, dtype=np.int32) - 1
-    return key[new], pair
 
 
 # ------------------------------------------------------------------ the real binary, for comparison

@@ -273,15 +273,23 @@ def test_missing_binary_is_a_clear_error(monkeypatch, tmp_path):
         run_fast_align_binary(["a"], ["x"], RECOMMENDED)
 
 
-def test_pair_ids_match_numpy_unique_on_large_keys():
-    from nat_kd.align import _pair_ids
+def test_pair_ids_match_numpy_unique(monkeypatch):
+    import nat_kd.align as align_module
+    from nat_kd.align import EncodedSide, _Links
 
-    rng = np.random.default_rng(3)
-    key = rng.integers(0, 1 << 38, 5000) // 7 * 7  # large keys, with repeats
-    key = np.concatenate((key, key[:1000]))
-    expected_keys, expected_pair = np.unique(key, return_inverse=True)
-    keys, pair = _pair_ids(key.copy())
-    assert (keys == expected_keys).all() and (pair == expected_pair).all()
+    src, tgt = random_corpus(5, size=60)
+    src_side, tgt_side = EncodedSide.from_lines(src), EncodedSide.from_lines(tgt)
+    monkeypatch.setattr(align_module, "CHUNK_LINKS", 13)  # several chunks
+    links = _Links(src_side, tgt_side)
+    words = [(s_word, t_word) for s, t in zip(src, tgt) for t_word in t.split() for s_word in s.split()]
+    keys = np.array([src_side.vocab.index(a) * len(tgt_side.vocab) + tgt_side.vocab.index(b) for a, b in words])
+    expected_keys, expected_pair = np.unique(keys, return_inverse=True)
+    assert (links.pair == expected_pair).all() and links.num_entries == len(expected_keys) + len(tgt_side.vocab)
+    # every link's prior cell holds its own (j, i, m, n)
+    flat = [(j + 1, i + 1, len(t.split()), len(s.split())) for s, t in zip(src, tgt)
+            for j in range(len(t.split())) for i in range(len(s.split()))]
+    cells = np.stack([links.block_j1, links.block_i1, links.block_m, links.block_n], axis=1)[links.prior_index]
+    assert (cells == np.array(flat)).all()
 
 
 def test_chunked_e_step_gives_the_same_model(monkeypatch):
