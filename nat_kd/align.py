@@ -19,6 +19,7 @@ links of the corpus, so each EM step is a few gathers, a ``reduceat`` and a ``bi
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import shutil
@@ -101,9 +102,10 @@ class EncodedSide:
     @classmethod
     def from_token_lists(cls, token_lists: list[list[str]]) -> "EncodedSide":
         lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
-        flat = list(itertools.chain.from_iterable(token_lists))
-        index = dict(zip(dict.fromkeys(flat), itertools.count()))
-        ids = np.fromiter(map(index.__getitem__, flat), dtype=np.int64, count=len(flat))
+        # one C-level pass: an unseen word gets the next id from the counter
+        index = collections.defaultdict(itertools.count().__next__)
+        ids = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(token_lists)), dtype=np.int64,
+                          count=int(lengths.sum()))
         return cls(list(index), ids, lengths)
 
 

@@ -60,6 +60,13 @@ def read_parallel_tokens(path: str | os.PathLike) -> tuple[list[list[str]], list
     """Source and target tokens of a ``src ||| tgt`` file, split at the first ``|||`` token as fast_align does."""
     src, tgt = [], []
     for number, line in enumerate(read_lines(path), 1):
+        left, sep, right = line.partition(f" {SEPARATOR} ")
+        if sep and SEPARATOR not in left and left.strip():  # the usual layout: split the two sides directly
+            src.append(left.split())
+            tgt.append(right.split())
+            if tgt[-1]:
+                continue
+            src.pop(), tgt.pop()
         tokens = line.split()
         try:
             cut = tokens.index(SEPARATOR)

@@ -312,3 +312,16 @@ def test_align_file_reads_fast_align_input(tmp_path):
     (tmp_path / "bad.txt").write_text("a b ||| x\na b x\n")
     with pytest.raises(CorpusError, match="bad.txt:2: no ' \\|\\|\\| ' separator"):
         FastAlign().align_file(tmp_path / "bad.txt")
+
+
+@pytest.mark.parametrize("line,src,tgt", [
+    ("a b ||| x y", ["a", "b"], ["x", "y"]),
+    ("a\t|||\tx ||| y", ["a"], ["x", "|||", "y"]),  # the first '|||' token splits, whatever the spacing
+    ("a|||b ||| x", ["a|||b"], ["x"]),             # '|||' inside a token is not a separator
+    ("|||x ||| y", ["|||x"], ["y"]),
+])
+def test_fast_align_input_splits_at_the_first_separator_token(tmp_path, line, src, tgt):
+    from nat_kd.alignment_io import read_parallel_tokens
+
+    (tmp_path / "c.txt").write_text(line + "\n")
+    assert read_parallel_tokens(tmp_path / "c.txt") == ([src], [tgt])
