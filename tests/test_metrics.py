@@ -139,3 +139,17 @@ def test_scores_carry_comparable_signatures():
     assert Signature("x", {"tok": "13a"}).comparable(Signature("y", {"tok": "13a"}))
     assert not Signature("x", {"tok": "13a"}).comparable(Signature("x", {"tok": "none"}))
     assert "frs:drop-unaligned,leftmost-target" in str(r.signature)
+
+
+def test_faithfulness_refuses_corpora_aligned_differently():
+    from nat_kd.align import AlignerOptions
+
+    src, tgt = ["a house .", "a cat ."], ["ein haus .", "eine katze ."]
+    tok = get_tokenizer("none")
+    real = align_corpus(src, tgt, tok)
+    same = align_corpus(src, tgt, tok)
+    other = align_corpus(src, tgt, tok, AlignerOptions(favor_diagonal=True))
+    assert Faithfulness().corpus_score(real, same).score == pytest.approx(0.0, abs=1e-15)
+    assert Complexity().corpus_score(real).score == Complexity().table_score(real.result.exported_table()).score
+    with pytest.raises(ValueError, match="not comparable"):
+        Faithfulness().corpus_score(real, other)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nat_kd.alignment_io import TranslationTable
-from nat_kd.metrics.base import Signature, log_base_divisor
+from nat_kd.metrics.base import AlignedCorpus, Signature, log_base_divisor
 
 
 def row_entropies(table: TranslationTable) -> tuple[np.ndarray, np.ndarray]:
@@ -58,3 +58,7 @@ class Complexity:
         words = [table.rows[r] for r in present[order]]
         return ComplexityScore(float(entropy.mean()) if len(entropy) else float("nan"), len(present), words,
                                entropy[order], Signature("complexity", {**(settings or {}), "log": self.log_base}))
+
+    def corpus_score(self, aligned: AlignedCorpus) -> ComplexityScore:
+        """C(d) of an aligned corpus (see ``nat_kd.metrics.align_corpus``), from its exported table."""
+        return self.table_score(aligned.result.exported_table(), aligned.settings)

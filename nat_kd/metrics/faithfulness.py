@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nat_kd.alignment_io import TranslationTable
-from nat_kd.metrics.base import Signature, log_base_divisor
+from nat_kd.metrics.base import AlignedCorpus, Signature, log_base_divisor
 
 DEFAULT_FLOOR = 1e-9
 
@@ -85,3 +85,10 @@ class Faithfulness:
         signature = Signature("faithfulness", {**(settings or {}), "log": self.log_base, "floor": self.floor})
         return FaithfulnessScore(float(kl.mean()) if len(kl) else float("nan"), len(present), int(missing.sum()),
                                  words, kl[order], signature)
+
+    def corpus_score(self, real: AlignedCorpus, distilled: AlignedCorpus) -> FaithfulnessScore:
+        """F(d) of two aligned corpora, which must share tokeniser and aligner settings."""
+        if real.settings != distilled.settings:
+            raise ValueError(f"not comparable: real data aligned with {real.settings} but distilled data with "
+                             f"{distilled.settings}; use the same tokeniser and aligner options for both")
+        return self.table_score(real.result.exported_table(), distilled.result.exported_table(), real.settings)
