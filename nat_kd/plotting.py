@@ -36,6 +36,7 @@ def plot_complexity_faithfulness(rows: list[dict], path: str | os.PathLike, unit
     ax.set_xlabel(f"complexity C(d) [{unit}]")
     ax.set_ylabel(f"faithfulness F(d) = KL(real || d) [{unit}]")
     ax.set_title("Complexity vs faithfulness")
+    ax.margins(0.2)  # room for the labels
     ax.grid(alpha=0.3)
     _save(fig, path)
 

@@ -68,6 +68,7 @@ class Report:
 
     COLUMNS = (("name", "set", "{}"), ("strategy", "strategy", "{}"), ("sentences", "pairs", "{}"),
                ("complexity", "C(d)", "{:.4f}"), ("faithfulness", "F(d)", "{:.4f}"),
+               ("missing_words", "words lost", "{}"),
                ("reordering", "FRS", "{:.4f}"), ("bleu", "BLEU", "{:.2f}"), ("length_ratio", "len ratio", "{:.3f}"))
 
     def to_markdown(self) -> str:
@@ -148,11 +149,12 @@ class AnalysisReport:
 
     def _row(self, data, src, tgt, aligned, real_table, real_tgt) -> dict:
         table = aligned.result.exported_table()
+        faithfulness = self.faithfulness.table_score(real_table, table)  # same settings by construction
         bleu = self.bleu.corpus_score(tgt, [real_tgt])
         row = {"name": data.name, "strategy": data.strategy, "sentences": len(aligned.src_tokens),
                "dropped_empty": aligned.dropped_empty,
                "complexity": self.complexity.table_score(table).score,
-               "faithfulness": self.faithfulness.table_score(real_table, table).score,  # same settings by construction
+               "faithfulness": faithfulness.score, "missing_words": faithfulness.missing_words,
                "reordering": self.reordering.corpus_score(aligned.result.alignments).score,
                "bleu": bleu.score, "length_ratio": bleu.sys_len / bleu.ref_len if bleu.ref_len else float("nan"),
                "src": str(data.src), "tgt": str(data.tgt)}

@@ -64,6 +64,7 @@ def test_report_contract(corpus, capsys):
     assert rows["real"]["faithfulness"] == 0 and rows["real"]["bleu"] == pytest.approx(100)
     assert rows["copy"]["complexity"] == pytest.approx(rows["real"]["complexity"])
     assert rows["kd-beam5"]["strategy"] == "beam" and rows["kd-beam5"]["faithfulness"] > 0
+    assert rows["kd-beam5"]["missing_words"] == 0 and rows["real"]["missing_words"] == 0
     assert rows["kd-beam5"]["length_ratio"] == pytest.approx(19 / 20)  # 13a tokens: one word fewer
     assert rows["real"]["mode_mix"]["de"] > 0.5
     assert report["signature"]["tok"] == "13a" and "nrefs:1" in report["signature"]["bleu"]
