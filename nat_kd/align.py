@@ -226,41 +226,23 @@ class FastAlign:
         log_likelihoods = []
         for iteration in range(opt.iterations):
             final = iteration == opt.iterations - 1
+            want_feature = opt.favor_diagonal and opt.optimize_tension and iteration > 0 and not final
             prior_block = links.prior_block(tension, p_not_null) if opt.favor_diagonal else None
             counts = np.zeros(links.num_entries)
             emp_feat, likelihood, found = 0.0, 0.0, []
             for tokens, span in links.chunks():
-                # p(a_j = i) t(y_j | x_i) for every link of the chunk, and for NULL
-                if opt.favor_diagonal:
-                    probs = np.take(prior_block, links.prior_index[span])
-                    null_prior = opt.p_null
-                else:
-                    null_prior = 1.0 / (links.n_of_token[tokens] + use_null)
-                    probs = np.repeat(null_prior, links.n_of_token[tokens])
-                probs *= UNINITIALISED_PROB if t is None else np.take(t, links.pair[span])
-                starts = links.start[tokens] - span.start
-                sums = np.add.reduceat(probs, starts)
-                null_probs = None
-                if use_null:
-                    null_probs = null_prior * (UNINITIALISED_PROB if t is None else t[links.null_pair[tokens]])
-                    sums += null_probs
-                likelihood += float(np.log(sums).sum())
+                part = self._chunk_pass(links, t, prior_block, tokens, span, final, want_feature)
+                likelihood += part[0]
                 if final:
-                    found.append(links.viterbi(probs, null_probs, tokens, span))
-                    continue
-                inv = 1.0 / sums
-                probs *= np.repeat(inv, links.n_of_token[tokens])  # now posteriors
-                counts += np.bincount(links.pair[span], probs, minlength=links.num_entries)
-                if use_null:
-                    counts += np.bincount(links.null_pair[tokens], null_probs * inv, minlength=links.num_entries)
-                if opt.favor_diagonal and opt.optimize_tension and iteration > 0:
-                    emp_feat += float(np.dot(probs, np.take(links.feature0_block(), links.prior_index[span])))
-                del probs
+                    found.append(part[1])
+                else:
+                    counts += part[1]
+                    emp_feat += part[2]
             log_likelihoods.append(likelihood)
             if final:
                 alignments = links.alignments(found, opt.reverse)
                 break
-            if opt.favor_diagonal and opt.optimize_tension and iteration > 0:
+            if want_feature:
                 tension = links.optimise_tension(tension, emp_feat / links.num_tokens)
             t = self._normalise(counts, links.entry_row, links.num_rows)
         table = None
@@ -269,6 +251,34 @@ class FastAlign:
             if not use_null:
                 table = table.without_null()
         return AlignmentResult(alignments, table, opt, tension, log_likelihoods)
+
+    def _chunk_pass(self, links, t, prior_block, tokens: slice, span: slice, final: bool, want_feature: bool):
+        """E-step (or, when ``final``, Viterbi) over one chunk: (log-likelihood, counts or links, feature)."""
+        opt = self.options
+        use_null = not opt.no_null_word
+        # p(a_j = i) t(y_j | x_i) for every link of the chunk, and for NULL
+        if opt.favor_diagonal:
+            probs = np.take(prior_block, links.prior_index[span])
+            null_prior = opt.p_null
+        else:
+            null_prior = 1.0 / (links.n_of_token[tokens] + use_null)
+            probs = np.repeat(null_prior, links.n_of_token[tokens])
+        probs *= UNINITIALISED_PROB if t is None else np.take(t, links.pair[span])
+        sums = np.add.reduceat(probs, links.start[tokens] - span.start)
+        null_probs = None
+        if use_null:
+            null_probs = null_prior * (UNINITIALISED_PROB if t is None else t[links.null_pair[tokens]])
+            sums += null_probs
+        likelihood = float(np.log(sums).sum())
+        if final:
+            return likelihood, links.viterbi(probs, null_probs, tokens, span), 0.0
+        inv = 1.0 / sums
+        probs *= np.repeat(inv, links.n_of_token[tokens])  # now posteriors
+        counts = np.bincount(links.pair[span], probs, minlength=links.num_entries)
+        if use_null:
+            counts += np.bincount(links.null_pair[tokens], null_probs * inv, minlength=links.num_entries)
+        feature = float(np.dot(probs, np.take(links.feature0_block(), links.prior_index[span]))) if want_feature else 0.0
+        return likelihood, counts, feature
 
     def _normalise(self, counts, row, num_rows):
         if self.options.variational_bayes:

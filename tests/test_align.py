@@ -325,3 +325,4 @@ def test_fast_align_input_splits_at_the_first_separator_token(tmp_path, line, sr
 
     (tmp_path / "c.txt").write_text(line + "\n")
     assert read_parallel_tokens(tmp_path / "c.txt") == ([src], [tgt])
+
