@@ -135,3 +135,21 @@ def test_tension_flag_implies_favour_diagonal(tmp_path, capsys):
     (tmp_path / "c.txt").write_text("a b ||| x y\n")
     assert main(["align", "-i", str(tmp_path / "c.txt"), "-T", "2.5"]) == 0
     assert "builtin(I5|d|a0.01|T2.5" in capsys.readouterr().err
+
+
+def test_tokenisers(tmp_path):
+    import sentencepiece
+
+    from nat_kd.tokenizers import get_tokenizer
+
+    assert get_tokenizer("13a", lowercase=True)("A man, a plan.") == "a man , a plan ."
+    assert get_tokenizer("none")("  a  b\tc ") == "a b c"
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(EN * 20) + "\n")
+    sentencepiece.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "m"), vocab_size=25,
+                                             minloglevel=2)
+    spm = get_tokenizer("spm", spm_model=str(tmp_path / "m.model"))
+    assert spm("A man reads .").replace(" ", "").replace("\u2581", "") == "Amanreads."
+    assert spm.settings == {"tok": "spm(m.model)", "lc": "no"}
+    with pytest.raises(ValueError, match="--spm-model"):
+        get_tokenizer("spm")
