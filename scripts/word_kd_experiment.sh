@@ -79,6 +79,18 @@ student() {  # NAME DATA_BIN CRITERION_ARGS...
   tail -n 1 "$dir/test.generate.txt"
 }
 
+# the teacher's own test BLEU, for reference in the table
+if [ -f "$TEACHER" ] && ! tail -n 1 "$OUT/teacher/test.generate.txt" 2>/dev/null | grep -q BLEU; then
+  echo "== decode test with the teacher"
+  mkdir -p "$OUT/teacher"
+  python -c "import sys, torch, fairseq_plugins; s = torch.load(sys.argv[1], weights_only=True)
+print('teacher', sys.argv[1], 'num_updates', s['optimizer_history'][-1]['num_updates'])" "$TEACHER" 2>/dev/null \
+    | tail -n 1 > "$OUT/teacher/train.log"
+  nice fairseq-generate "$BIN" --user-dir fairseq_plugins --task translation --gen-subset test \
+    --path "$TEACHER" --beam 5 --max-tokens 8192 --required-batch-size-multiple 1 \
+    --remove-bpe sentencepiece --scoring sacrebleu 2>&1 | grep -v -i warn > "$OUT/teacher/test.generate.txt"
+fi
+
 CE=(--criterion label_smoothed_cross_entropy --label-smoothing 0.1)
 KD=(--criterion word_kd --label-smoothing 0.1 --kd-alpha "$KD_ALPHA" --kd-temperature "$KD_T")
 for c in $CONDITIONS; do
@@ -92,4 +104,4 @@ for c in $CONDITIONS; do
   esac
 done
 
-python scripts/word_kd_table.py "$OUT" $CONDITIONS | tee "$OUT/table.md"
+python scripts/word_kd_table.py "$OUT" teacher $CONDITIONS | tee "$OUT/table.md"

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 LABELS = {
+    "teacher": ("real references", "the teacher itself (not retrained here)"),
     "real": ("real references", "label-smoothed CE"),
     "word": ("real references", "word-KD, online teacher"),
     "word_off": ("real references", "word-KD, offline top-k"),

@@ -259,11 +259,12 @@ def test_fairseq_train_at_student_online_and_offline(tiny_en_de, micro_teacher, 
     assert meters["soft_loss"]["sum"] > 0
 
 
-def test_fairseq_train_nat_student(tiny_en_de, micro_teacher, tmp_path):
+@pytest.mark.parametrize("family", ["nat", "cmlm", "inat"])
+def test_fairseq_train_nat_student(tiny_en_de, micro_teacher, tmp_path, family):
     from fairseq_plugins.models.students import STUDENT_FAMILIES
 
-    meters = fairseq_train(tiny_en_de / "bin", "--task", "translation_lev", "--arch", "kd_nat_tiny",
-                           *STUDENT_FAMILIES["nat"].train_flags, "--criterion", "nat_word_kd", *KD_FLAGS,
+    meters = fairseq_train(tiny_en_de / "bin", "--task", "translation_lev", "--arch", f"kd_{family}_tiny",
+                           *STUDENT_FAMILIES[family].train_flags, "--criterion", "nat_word_kd", *KD_FLAGS,
                            "--teacher-path", micro_teacher, "--save-dir", tmp_path / "nat")
     assert {"word_ins", "length", "word_kd_soft", "kd_agree"} <= set(meters)
     assert meters["word_kd_soft"]["sum"] > 0 and meters["length"]["sum"] > 0

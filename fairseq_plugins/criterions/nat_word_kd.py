@@ -3,7 +3,8 @@
 For a NAT trained on a reference y, the AT teacher's distribution at target position j is
 p_teacher(. | y_<j, x) (teacher forcing on the same reference). The NAT's word-insertion loss on the
 reference gets weight alpha and the soft loss (1 - alpha) * T^2 * mean KL over the positions where the
-NAT predicts a reference token (its own ``word_ins`` mask, e.g. only the masked tokens for CMLM); the
+NAT predicts a reference token (its own ``word_ins`` mask, e.g. only the masked tokens for CMLM, every
+refinement step for the iterative NAT); the
 length loss and any other NAT loss keep their usual weights. Defined for students whose ``word_ins``
 output is aligned with the reference tokens (vanilla NAT, iterative NAT, CMLM, Levenshtein); the
 insertion transformer's slot-based targets are not, and are refused.
@@ -79,12 +80,18 @@ class NATWordKDCriterion(LabelSmoothedDualImitationCriterion):
         loss, sample_size, logging_output = super().forward(student, sample, reduce)
         word_ins = student.outputs["word_ins"]
         logits, nat_target = word_ins["out"], word_ins["tgt"]
-        if logits.shape[:2] != sample["target"].shape or not torch.equal(nat_target, sample["target"]):
+        # the iterative NAT stacks its refinement steps along the batch: the same references, repeated
+        steps = logits.size(0) // sample["target"].size(0)
+        if logits.shape[:2] != (steps * sample["target"].size(0), sample["target"].size(1)) or \
+                not torch.equal(nat_target, sample["target"].repeat(steps, 1)):
             raise TeacherError("nat_word_kd: the student's word_ins output is not aligned with the reference")
 
         src, src_lengths, prev, at_target = at_inputs_from_nat_sample(sample, self.bos, self.eos, self.padding_idx)
         teacher_lprobs, teacher_index = self.teacher.distributions(
             sample["id"], src, src_lengths, prev, at_target, self.padding_idx, model.training, logits)
+        if steps > 1:
+            at_target, teacher_lprobs = at_target.repeat(steps, 1), teacher_lprobs.repeat(steps, 1, 1)
+            teacher_index = None if teacher_index is None else teacher_index.repeat(steps, 1, 1)
         nat_mask = word_ins.get("mask")
         nat_mask = at_target.ne(self.padding_idx) if nat_mask is None else nat_mask[:, 1:] & at_target.ne(self.padding_idx)
         student_rows = logits[:, 1:][nat_mask]
