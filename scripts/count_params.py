@@ -1,0 +1,36 @@
+"""Print the README's architecture table: every registered kd_* architecture, its parameter count on the
+prepared Multi30k vocabulary and on a 40k vocabulary, and the flags that train it.
+
+    .venv/bin/python scripts/count_params.py [--multi30k-vocab 8008]
+"""
+import argparse
+import logging
+
+logging.basicConfig(level=logging.WARNING)  # before fairseq: it would otherwise turn on DEBUG logging
+
+import fairseq_plugins  # noqa: E402,F401
+from fairseq_plugins.models.counting import count_parameters  # noqa: E402
+from fairseq_plugins.models.students import STUDENT_ARCHS, STUDENT_FAMILIES  # noqa: E402
+from fairseq_plugins.models.teachers import TEACHER_ARCHS  # noqa: E402
+
+TEACHER_FLAGS = "--task translation --criterion label_smoothed_cross_entropy --label-smoothing 0.1"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--multi30k-vocab", type=int, default=8008,
+                        help="entries of the prepared joined dictionary (8008 for en-de, spm 8000)")
+    args = parser.parse_args()
+    print(f"| architecture | params (Multi30k, {args.multi30k_vocab} types) | params (40k) | training flags |")
+    print("|---|---:|---:|---|")
+    rows = [(arch, TEACHER_FLAGS) for arch in TEACHER_ARCHS]
+    for arch, (family, _) in STUDENT_ARCHS.items():
+        flags = " ".join(("--task translation_lev --criterion nat_loss", *STUDENT_FAMILIES[family].train_flags))
+        rows.append((arch, flags))
+    for arch, flags in rows:
+        small, big = count_parameters(arch, args.multi30k_vocab), count_parameters(arch, 40000)
+        print(f"| `{arch}` | {small / 1e6:.1f}M | {big / 1e6:.1f}M | `{flags}` |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""fairseq-train and fairseq-generate run our plugins from a plain command line, and lose no sentence."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import MICRO_MODEL, ROOT, run_fairseq
+
+import fairseq_plugins  # noqa: F401  (safe checkpoint loading)
+from fairseq_plugins.models.students import STUDENT_FAMILIES
+
+COMMON = ("--user-dir", ROOT / "fairseq_plugins", "--required-batch-size-multiple", "1", "--seed", "1",
+          "--no-progress-bar", "--log-format", "simple", "--cpu")
+TRAIN = ("--optimizer", "adam", "--lr", "5e-4", "--max-tokens", "1024", "--max-update", "3",
+         "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0")
+TRAIN_SENTENCES = 203  # the tiny slice: not a multiple of 8, so fairseq's default would lose some
+
+
+def hypotheses(generate_output: str) -> dict[int, str]:
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", generate_output, re.M)}
+
+
+def train_and_decode(bin_dir: Path, save_dir: Path, arch: str, task_flags, decode_flags):
+    log = run_fairseq("train", bin_dir, *COMMON, *TRAIN, "--arch", arch, *MICRO_MODEL, *task_flags,
+                      "--save-dir", save_dir)
+    assert "done training" in log
+    out = run_fairseq("generate", bin_dir, *COMMON, *task_flags[:2], "--path", save_dir / "checkpoint_last.pt",
+                      "--gen-subset", "train", "--max-tokens", "4096", "--max-len-a", "1", "--max-len-b", "5",
+                      *decode_flags)
+    return hypotheses(out)
+
+
+def test_teacher_trains_and_decodes_every_sentence(tiny_en_de, tmp_path):
+    hyps = train_and_decode(tiny_en_de / "bin", tmp_path / "teacher", "kd_transformer_tiny",
+                            ("--task", "translation", "--criterion", "label_smoothed_cross_entropy",
+                             "--label-smoothing", "0.1"), ("--beam", "2"))
+    assert sorted(hyps) == list(range(TRAIN_SENTENCES))
+
+
+@pytest.mark.parametrize("family", list(STUDENT_FAMILIES))
+def test_student_trains_and_decodes_every_sentence(family, tiny_en_de, tmp_path):
+    spec = STUDENT_FAMILIES[family]
+    hyps = train_and_decode(tiny_en_de / "bin", tmp_path / family, f"kd_{family}_tiny",
+                            ("--task", "translation_lev", "--criterion", "nat_loss", *spec.train_flags),
+                            spec.decode_flags)
+    assert sorted(hyps) == list(range(TRAIN_SENTENCES))
+
+
+def test_edit_based_students_use_libnat():
+    # LevT and InsT compute their edit targets with fairseq's compiled libnat (built for the CPU).
+    from fairseq.models.nat.levenshtein_utils import load_libnat
+
+    libnat, use_cuda = load_libnat()
+    assert not use_cuda
+    in_tokens, out_tokens = [[5, 6, 7]], [[5, 8, 7]]
+    assert libnat.suggested_ed2_path(in_tokens, out_tokens, 1)  # an edit path exists
+
+
+def test_checkpoint_resumes_and_loads_with_weights_only(tiny_en_de, tmp_path):
+    save = tmp_path / "resume"
+    flags = ("--task", "translation", "--arch", "kd_transformer_tiny", *MICRO_MODEL,
+             "--criterion", "cross_entropy", "--save-dir", save)
+    run_fairseq("train", tiny_en_de / "bin", *COMMON, *TRAIN, *flags)
+    more = [a if a != "3" else "5" for a in TRAIN]  # --max-update 5
+    log = run_fairseq("train", tiny_en_de / "bin", *COMMON, *more, *flags)
+    assert "Loaded checkpoint" in log and "@ 3 updates" in log
+    state = torch.load(save / "checkpoint_last.pt", weights_only=True)  # what fairseq's loader does
+    assert state["optimizer_history"][-1]["num_updates"] == 5
+
+
+def test_foreign_pickles_are_still_refused(tmp_path):
+    from fairseq import checkpoint_utils
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("this would have run",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {}, "payload": Evil()}, path)
+    with pytest.raises(Exception, match="weights_only"):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+
+
+def test_no_sentence_lost_in_training_or_decoding_batches(tiny_en_de):
+    from fairseq import tasks
+    from fairseq.data import data_utils
+
+    task = tasks.setup_task(_translation_cfg(tiny_en_de / "bin"))
+    for split in ("train", "valid"):
+        task.load_dataset(split)
+        dataset = task.dataset(split)
+        batches = task.get_batch_iterator(dataset, max_tokens=1024, required_batch_size_multiple=1,
+                                          seed=1, ignore_invalid_inputs=False).next_epoch_itr(shuffle=True)
+        ids = np.concatenate([batch["id"].numpy() for batch in batches])
+        assert sorted(ids.tolist()) == list(range(len(dataset)))
+
+    # Why every command passes the flag: fairseq's default of 8 drops the last batch (the longest sentences).
+    # 203 sentences in batches of at most 16 sentences, each a multiple of 8: 12 of 16, one of 8, and a
+    # last one of 3, which fairseq drops: the 3 longest sentences of the split.
+    dataset = task.dataset("train")
+    order = dataset.ordered_indices()
+    default = data_utils.batch_by_size(order, dataset.num_tokens, max_sentences=16, required_batch_size_multiple=8)
+    assert sum(len(b) for b in default) == 200
+    assert set(order[-3:]).isdisjoint(np.concatenate(default))
+    ours = data_utils.batch_by_size(order, dataset.num_tokens, max_sentences=16, required_batch_size_multiple=1)
+    assert sum(len(b) for b in ours) == 203
+
+
+def _translation_cfg(bin_dir):
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.options import get_training_parser, parse_args_and_arch
+
+    args = parse_args_and_arch(get_training_parser(), [str(bin_dir), "--task", "translation",
+                                                       "--arch", "kd_transformer_tiny"])
+    return convert_namespace_to_omegaconf(args).task
+
+
+# a line that runs fairseq (in a script or a shell example), not prose that names the tool
+COMMAND_LINE = re.compile(r"^\s*(\$ )?(nice (-n ?\d+ )?)?(timeout \d+ )?`?fairseq-(train|generate|interactive)\s")
+
+
+def test_every_documented_fairseq_command_keeps_all_sentences():
+    documents = [ROOT / "README.md", *sorted((ROOT / "scripts").glob("*.sh")), *sorted((ROOT / "docs").rglob("*.md"))]
+    commands = []
+    for document in documents:
+        text = document.read_text(encoding="utf-8").replace("\\\n", " ")
+        commands += [(document.name, line) for line in text.splitlines()
+                     if COMMAND_LINE.search(line)]
+    assert commands, "the README documents fairseq-train and fairseq-generate commands"
+    for name, line in commands:
+        assert "--required-batch-size-multiple 1" in line, f"{name}: {line.strip()[:120]}"
