@@ -118,6 +118,11 @@ class _Session:
     def batches(self) -> list[list[int]]:
         """fairseq's own batching (length-sorted, by tokens), with every sentence kept: batch multiple 1,
         and no size filter (over-long sources were truncated beforehand)."""
+        longest = max(range(len(self.corpus)), key=lambda i: len(self.corpus.source_tokens[i]))
+        size = len(self.corpus.source_tokens[longest])
+        if self.cfg.max_tokens is not None and size > self.cfg.max_tokens:
+            raise ValueError(f"--max-tokens {self.cfg.max_tokens} is smaller than the longest source (line "
+                             f"{longest + 1}: {size} tokens); raise --max-tokens to at least {size}")
         iterator = self.teacher.task.get_batch_iterator(
             dataset=self.dataset, max_tokens=self.cfg.max_tokens, max_sentences=self.cfg.max_sentences,
             max_positions=None, ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1,

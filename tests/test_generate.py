@@ -1,0 +1,265 @@
+"""nat_kd.generate_distilled end to end on a micro teacher: strategies, resume, shards, bad input."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sacrebleu
+
+from conftest import MICRO_MODEL, ROOT, run_fairseq
+from nat_kd.chunk_store import ChunkStore, ProgressError, plan_chunks, shard_from_env
+from nat_kd.corpus import CorpusError
+from nat_kd.decoding import DecodingSettings
+from nat_kd.distill import DistillConfig, distill
+from nat_kd.generate_distilled import main
+from nat_kd.teacher import TeacherError
+
+N_LINES = 48
+EMPTY_LINE = 5  # 1-based
+LONG_LINE = 9  # longer than the teacher's 1024 source positions
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_en_de, tmp_path_factory):
+    save = tmp_path_factory.mktemp("teacher")
+    run_fairseq("train", tiny_en_de / "bin", "--user-dir", "fairseq_plugins", "--arch", "kd_transformer_tiny",
+                *MICRO_MODEL, "--optimizer", "adam", "--lr", "5e-3", "--max-tokens", "2048", "--max-update", "60",
+                "--criterion", "label_smoothed_cross_entropy", "--required-batch-size-multiple", "1",
+                "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation", "--seed", "1")
+    return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="module")
+def corpus(tiny_en_de, tmp_path_factory):
+    """The first valid lines, with one empty source and one over-long source."""
+    d = tmp_path_factory.mktemp("corpus")
+    src = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()[:N_LINES]
+    ref = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()[:N_LINES]
+    src[EMPTY_LINE - 1] = ""
+    src[LONG_LINE - 1] = " ".join(["dog"] * 1100)
+    (d / "src.en").write_text("".join(s + "\n" for s in src), encoding="utf-8")
+    (d / "ref.de").write_text("".join(r + "\n" for r in ref), encoding="utf-8")
+    return d
+
+
+def config(teacher, tiny_en_de, corpus, out, **kw):
+    decoding = {k: kw.pop(k) for k in list(kw) if k in DecodingSettings.__dataclass_fields__}
+    decoding.setdefault("max_len_b", 20)
+    return DistillConfig(teachers=[str(teacher)], out_dir=str(out), spm_model=str(tiny_en_de / "spm.model"),
+                         split="valid", source=str(corpus / "src.en"), reference=str(corpus / "ref.de"),
+                         dict_dir=str(tiny_en_de / "bin"), decoding=DecodingSettings(**decoding),
+                         workers=kw.pop("workers", 1), progress_bar=False, **kw)
+
+
+def output_bytes(out: Path) -> dict:
+    """Every output file's bytes, and meta.json without its timing."""
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    meta = json.loads(files.pop("meta.json"))
+    meta.pop("timing")
+    meta.pop("name")  # the output folder's name
+    meta["batching"].pop("num_shards")
+    return {**files, "meta": meta}
+
+
+@pytest.fixture(scope="module")
+def runs(teacher, tiny_en_de, corpus, tmp_path_factory):
+    """One run per strategy (plus seq-inter by chrF and a second sampling seed)."""
+    base = tmp_path_factory.mktemp("runs")
+    settings = {"beam": dict(strategy="beam", beam=4), "greedy": dict(strategy="greedy"),
+                "sampling": dict(strategy="sampling", seed=1), "sampling_seed2": dict(strategy="sampling", seed=2),
+                "topk": dict(strategy="topk", top_k=5), "topp": dict(strategy="topp", top_p=0.8),
+                "seq-inter": dict(strategy="seq-inter", beam=4),
+                "seq-inter-chrf": dict(strategy="seq-inter", beam=4, seq_inter_metric="chrf")}
+    return {name: distill(config(teacher, tiny_en_de, corpus, base / name, **s)).out_dir
+            for name, s in settings.items()}
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+@pytest.mark.parametrize("name", ["beam", "greedy", "sampling", "topk", "topp", "seq-inter"])
+def test_every_strategy_writes_line_aligned_output(runs, corpus, name):
+    from fairseq.data import data_utils, Dictionary
+
+    out = runs[name]
+    assert lines(out / "valid.en") == lines(corpus / "src.en")  # the source, copied as is
+    assert len(lines(out / "valid.de")) == N_LINES and len(lines(out / "spm" / "valid.de")) == N_LINES
+    for lang in ("en", "de"):
+        dataset = data_utils.load_indexed_dataset(str(out / "bin" / f"valid.en-de.{lang}"),
+                                                  Dictionary.load(str(out / "bin" / f"dict.{lang}.txt")))
+        assert len(dataset) == N_LINES
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["strategy"] == name and meta["name"] == name and meta["sentences"] == N_LINES
+    assert meta["empty_source_lines"] == [EMPTY_LINE] and meta["truncated_source_lines"] == [LONG_LINE]
+    assert {"bleu", "chrf", "mean_length_ratio"} <= set(meta["scores"])
+    assert meta["timing"]["sentences_per_second"] > 0
+
+
+def test_greedy_matches_beam_one_and_beam_differs_from_sampling(runs):
+    assert lines(runs["greedy"] / "valid.de") != lines(runs["sampling"] / "valid.de")
+
+
+def sentence_scores(metric, hyps, refs):
+    return [metric.sentence_score(h, [r]).score for h, r in zip(hyps, refs)]
+
+
+@pytest.mark.parametrize("run, metric", [("seq-inter", sacrebleu.BLEU(effective_order=True)),
+                                         ("seq-inter-chrf", sacrebleu.CHRF())])
+def test_seq_inter_is_never_worse_than_beam_per_sentence(runs, corpus, run, metric):
+    refs = lines(corpus / "ref.de")
+    beam = sentence_scores(metric, lines(runs["beam"] / "valid.de"), refs)
+    inter = sentence_scores(metric, lines(runs[run] / "valid.de"), refs)
+    assert all(i >= b - 1e-9 for i, b in zip(inter, beam))  # beam's best is among the K candidates
+    assert sum(inter) > sum(beam)
+
+
+def test_sampling_is_diverse_and_reproducible_under_another_batch_size(runs, teacher, tiny_en_de, corpus, tmp_path):
+    one, two = lines(runs["sampling"] / "valid.de"), lines(runs["sampling_seed2"] / "valid.de")
+    assert sum(a != b for a, b in zip(one, two)) > N_LINES // 2  # another seed, other samples
+    assert len(set(one)) > N_LINES // 2
+    again = distill(config(teacher, tiny_en_de, corpus, tmp_path / "s", strategy="sampling", seed=1,
+                           max_tokens=1100, max_sentences=12, chunk_sentences=12)).out_dir
+    meta_small, meta_big = (json.loads((d / "meta.json").read_text()) for d in (again, runs["sampling"]))
+    assert meta_small["batching"]["chunks"] > meta_big["batching"]["chunks"]  # really other batches
+    assert (again / "valid.de").read_bytes() == (runs["sampling"] / "valid.de").read_bytes()
+
+
+def test_rerun_of_a_finished_run_is_a_no_op(runs, teacher, tiny_en_de, corpus):
+    out = runs["greedy"]
+    before = (out / "meta.json").read_bytes()
+    distill(config(teacher, tiny_en_de, corpus, out, strategy="greedy"))
+    assert (out / "meta.json").read_bytes() == before
+
+
+def cli(teacher, tiny_en_de, corpus, out, *extra):
+    return [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher", str(teacher),
+            "--source", str(corpus / "src.en"), "--reference", str(corpus / "ref.de"), "--split", "valid",
+            "--spm-model", str(tiny_en_de / "spm.model"), "--dict-dir", str(tiny_en_de / "bin"),
+            "--out", str(out), "--max-len-b", "20", "--workers", "1", "--no-progress-bar", *extra]
+
+
+def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp_path):
+    reference = distill(config(teacher, tiny_en_de, corpus, tmp_path / "whole", strategy="topk",
+                               max_tokens=1100, max_sentences=6, chunk_sentences=6)).out_dir
+    out = tmp_path / "killed"
+    command = cli(teacher, tiny_en_de, corpus, out, "--strategy", "topk", "--max-tokens", "1100",
+                  "--max-sentences", "6", "--chunk-sentences", "6")
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    partial = tmp_path / "killed.partial"
+    deadline = time.time() + 120
+    while not list(partial.glob("chunk-*.json")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    saved = len(list(partial.glob("chunk-*.json")))
+    n_chunks = len(json.loads((partial / "plan.json").read_text())["chunks"])
+    assert 0 < saved < n_chunks and not out.exists()  # really killed mid-run, nothing half-written
+    assert subprocess.run(command, cwd=ROOT).returncode == 0
+    assert output_bytes(out) == output_bytes(reference)
+    assert not partial.exists()
+
+
+def test_two_shards_then_merge_equal_one_run(runs, teacher, tiny_en_de, corpus, tmp_path):
+    out = tmp_path / "sharded"
+    kw = dict(strategy="beam", beam=4)
+    first = distill(config(teacher, tiny_en_de, corpus, out, num_shards=2, shard_id=0, chunk_sentences=10, **kw))
+    assert not first.complete and not out.exists()
+    with pytest.raises(ProgressError, match=r"shard ids \[1\] of 2"):
+        distill(config(teacher, tiny_en_de, corpus, out, num_shards=2, merge_only=True, chunk_sentences=10, **kw))
+    second = distill(config(teacher, tiny_en_de, corpus, out, num_shards=2, shard_id=1, chunk_sentences=10,
+                            workers=2, **kw))
+    assert second.complete
+    whole = distill(config(teacher, tiny_en_de, corpus, tmp_path / "whole", chunk_sentences=10, **kw)).out_dir
+    assert output_bytes(out) == output_bytes(whole)
+    # and the same hypotheses as the default chunking of the strategy run
+    assert (out / "valid.de").read_bytes() == (runs["beam"] / "valid.de").read_bytes()
+
+
+def test_shards_from_torchrun_environment(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    assert shard_from_env(None, None) == (4, 3)
+    assert shard_from_env(2, 1) == (2, 1)  # explicit flags win
+    monkeypatch.delenv("WORLD_SIZE")
+    assert shard_from_env(None, None) == (1, 0)
+    with pytest.raises(ProgressError):
+        shard_from_env(2, 2)
+
+
+def test_chunk_plan_and_changed_settings_refused(tmp_path):
+    assert plan_chunks([[1, 2], [3], [4, 5, 6], [7]], 3) == [[[1, 2], [3]], [[4, 5, 6]], [[7]]]
+    store = ChunkStore(tmp_path / "p")
+    store.open_plan({"beam": 5}, [[[0]]])
+    with pytest.raises(ProgressError, match="changed: beam"):
+        store.open_plan({"beam": 4}, [[[0]]])
+
+
+def run_main(capsys, *argv):
+    code = main(list(map(str, argv)))
+    return code, capsys.readouterr().err
+
+
+def test_bad_input_is_a_clear_error(teacher, tiny_en_de, corpus, tmp_path, capsys):
+    common = ["--spm-model", tiny_en_de / "spm.model", "--dict-dir", tiny_en_de / "bin", "--split", "valid",
+              "--workers", "1", "--no-progress-bar", "--out", tmp_path / "o"]
+    code, err = run_main(capsys, "--teacher", tmp_path / "nope.pt", "--source", corpus / "src.en", *common)
+    assert code == 2 and "nope.pt does not exist" in err
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"not a checkpoint")
+    code, err = run_main(capsys, "--teacher", broken, "--source", corpus / "src.en", *common)
+    assert code == 2 and "cannot load teacher checkpoint" in err and "broken.pt" in err
+    short_ref = tmp_path / "short.de"
+    short_ref.write_text("one line\n")
+    code, err = run_main(capsys, "--teacher", teacher, "--source", corpus / "src.en", "--reference", short_ref,
+                         *common)
+    assert code == 2 and "line-count mismatch" in err and "short.de has 1 lines" in err
+    bad = tmp_path / "bad.en"
+    bad.write_bytes(b"fine\nbad \xff byte\n")
+    code, err = run_main(capsys, "--teacher", teacher, "--source", bad, *common)
+    assert code == 2 and "bad.en:2: invalid UTF-8" in err
+    code, err = run_main(capsys, "--teacher", teacher, "--source", corpus / "src.en", "--strategy", "seq-inter",
+                         *common)
+    assert code == 2 and "--reference" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_dictionary_that_does_not_match_is_an_error(teacher, tiny_en_de, tmp_path, capsys):
+    import shutil
+
+    # same size, two entries swapped: binarized data with another dictionary
+    swapped = tmp_path / "swapped"
+    shutil.copytree(tiny_en_de / "bin", swapped)
+    entries = (swapped / "dict.en.txt").read_text(encoding="utf-8").splitlines()
+    entries[0], entries[1] = entries[1], entries[0]
+    (swapped / "dict.en.txt").write_text("".join(e + "\n" for e in entries), encoding="utf-8")
+    with pytest.raises(TeacherError, match="differs from the teacher's"):
+        distill(DistillConfig(teachers=[str(teacher)], out_dir=str(tmp_path / "o"), split="valid",
+                              spm_model=str(tiny_en_de / "spm.model"), data_dir=str(swapped),
+                              dict_dir=str(tiny_en_de / "bin"), workers=1, progress_bar=False))
+    # another size: the teacher's embeddings do not fit
+    smaller = tmp_path / "smaller"
+    shutil.copytree(tiny_en_de / "bin", smaller)
+    for lang in ("en", "de"):
+        kept = (smaller / f"dict.{lang}.txt").read_text(encoding="utf-8").splitlines()[:-10]
+        (smaller / f"dict.{lang}.txt").write_text("".join(e + "\n" for e in kept), encoding="utf-8")
+    code, err = run_main(capsys, "--teacher", teacher, "--data", smaller, "--dict-dir", smaller, "--split", "valid",
+                         "--spm-model", tiny_en_de / "spm.model", "--out", tmp_path / "o2", "--workers", "1")
+    assert code == 2 and "embeddings" in err and "dict.en.txt" in err
+
+
+def test_binarized_input_gives_the_same_hypotheses_as_raw_text(runs, teacher, tiny_en_de, tmp_path):
+    """--data (fairseq-binarized) and --source (raw text) decode the same sentences to the same output."""
+    out = distill(DistillConfig(teachers=[str(teacher)], out_dir=str(tmp_path / "b"), split="valid",
+                                spm_model=str(tiny_en_de / "spm.model"), data_dir=str(tiny_en_de / "bin"),
+                                decoding=DecodingSettings(strategy="greedy", max_len_b=20), workers=1,
+                                progress_bar=False)).out_dir
+    assert len(lines(out / "valid.de")) == 1014
+    raw = lines(runs["greedy"] / "valid.de")
+    binarized = lines(out / "valid.de")
+    same = [i for i in range(N_LINES) if i + 1 not in (EMPTY_LINE, LONG_LINE)]  # those two were altered
+    assert [raw[i] for i in same] == [binarized[i] for i in same]
