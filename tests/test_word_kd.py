@@ -268,3 +268,19 @@ def test_fairseq_train_nat_student(tiny_en_de, micro_teacher, tmp_path, family):
                            "--teacher-path", micro_teacher, "--save-dir", tmp_path / "nat")
     assert {"word_ins", "length", "word_kd_soft", "kd_agree"} <= set(meters)
     assert meters["word_kd_soft"]["sum"] > 0 and meters["length"]["sum"] > 0
+
+
+def test_teacher_of_another_dictionary_is_refused_by_criterion_and_precompute(micro_teacher, tmp_path, capsys):
+    from nat_kd.prepare import PrepareConfig, prepare
+    from nat_kd.teacher_topk import main as teacher_topk_main
+
+    other = prepare(PrepareConfig("en", "de", vocab_size=250, train_limit=100), out_dir=tmp_path / "other")
+    task, _ = translation_task_and_batch(other / "bin")
+    with pytest.raises(TeacherError, match=r"source dictionary of teacher .*checkpoint_last\.pt \(\d+ entries\) "
+                                           r"differs from the student's .*--srcdict"):
+        kd_criterion(task, teacher_path=str(micro_teacher))
+    assert teacher_topk_main([str(other / "bin"), "--teacher-path", str(micro_teacher), "--out", str(tmp_path / "t")]) == 2
+    assert "dictionary" in capsys.readouterr().err and not (tmp_path / "t").exists()
+    assert teacher_topk_main([str(other / "bin"), "--teacher-path", str(tmp_path / "no.pt"), "--out",
+                              str(tmp_path / "t")]) == 2
+    assert "no.pt does not exist" in capsys.readouterr().err
