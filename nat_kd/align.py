@@ -173,11 +173,16 @@ def digamma(x: np.ndarray) -> np.ndarray:
     """fast_align's digamma: recurrence up to x >= 7, then the asymptotic series."""
     x = np.array(x, dtype=np.float64)  # a copy: shifted in place below
     result = np.zeros_like(x)
-    step = np.empty_like(x)
+    # most values (small expected counts + alpha) are below 1 and take all 7 steps: do those unmasked
+    below_one = np.flatnonzero(x < 1)
+    shifted, acc = x[below_one], np.zeros(len(below_one))
+    for _ in range(7):
+        acc -= 1.0 / shifted
+        shifted += 1.0
+    x[below_one], result[below_one] = shifted, acc
     small = x < 7
-    while small.any():  # x >= alpha = 0.01 reaches 7 in at most 7 vectorised steps
-        np.divide(1.0, x, out=step)
-        np.subtract(result, step, out=result, where=small)
+    while small.any():  # the rest, from 1 up to 7, in at most 6 masked steps
+        np.subtract(result, 1.0 / x, out=result, where=small)
         np.add(x, 1.0, out=x, where=small)
         np.less(x, 7, out=small)
     x = x - 0.5
