@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from nat_kd.corpus import DEFAULT_DATA_DIR, CorpusError, read_lines
+from nat_kd.corpus import CorpusError, data_dir, read_lines
 from nat_kd.prepare import PrepareConfig, main, prepare
 
 LINES = {"train": 40, "val": 12, "test_2016_flickr": 10}
@@ -17,7 +17,7 @@ def raw_dir(tmp_path):
     raw.mkdir()
     for split, n in LINES.items():
         for lang in ("en", "de", "fr", "cs"):
-            lines = read_lines(DEFAULT_DATA_DIR / f"{split}.{lang}.gz")[:n]
+            lines = read_lines(data_dir() / f"{split}.{lang}.gz")[:n]
             with gzip.open(raw / f"{split}.{lang}.gz", "wt", encoding="utf-8") as handle:
                 handle.write("".join(line + "\n" for line in lines))
     return raw
