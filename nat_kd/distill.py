@@ -12,12 +12,13 @@ import json
 import logging
 import multiprocessing
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import __version__
+from . import __version__, atomic
 from .chunk_store import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
 from .decoding import DecodingSettings, build_strategy
 
@@ -181,15 +182,16 @@ def _decode_pending(session: _Session, store: ChunkStore, chunks, pending: list[
 
             torch.set_num_threads(threads)
             decoder = session.decoder()
-            results = (( i, decoder.decode_chunk(b)) for i, b in jobs)
-            for index, result in results:
+            for index, batches in jobs:
+                result = decoder.decode_chunk(batches)
                 store.save(index, result)
                 bar.update(len(result["ids"]))
         else:
             context = multiprocessing.get_context("spawn")
             with context.Pool(min(workers, len(jobs)), initializer=_worker_init,
                               initargs=(session.cfg, threads)) as pool:
-                for index, result in pool.imap_unordered(_worker_decode, jobs):
+                # longest chunks first (chunks are sorted by length), so no worker is left alone at the end
+                for index, result in pool.imap_unordered(_worker_decode, jobs[::-1]):
                     store.save(index, result)
                     bar.update(len(result["ids"]))
     finally:
@@ -197,11 +199,14 @@ def _decode_pending(session: _Session, store: ChunkStore, chunks, pending: list[
     return total
 
 
-def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing: dict) -> dict:
+def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float) -> dict:
     from .distill_output import scores, write_output
 
     cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
     store.check_complete(len(chunks), num_shards)
+    out_dir = Path(cfg.out_dir)
+    for stale in out_dir.parent.glob(f".{out_dir.name}.*.tmp"):  # left by a merge killed mid-write
+        shutil.rmtree(stale, ignore_errors=True)
     pieces: list[str | None] = [None] * len(corpus)
     decode_seconds = 0.0
     for index in range(len(chunks)):
@@ -215,7 +220,6 @@ def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing
                             "and rerun")
     target_text = session.sp.decode([p.split() for p in pieces])
     source_pieces = [teacher.src_dict.string(t) for t in corpus.source_tokens]
-    out_dir = Path(cfg.out_dir)
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
@@ -235,7 +239,11 @@ def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing
     }
     write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
                  source_text=corpus.source_text, source_pieces=source_pieces, target_pieces=pieces,
-                 target_text=target_text, dict_dir=teacher.dict_dir, meta=meta)
+                 target_text=target_text, dict_dir=teacher.dict_dir, meta=meta,
+                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None)
+    # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
+    meta["timing"]["wall_seconds"] = round(time.perf_counter() - started, 3)
+    atomic.write_json(out_dir / "meta.json", meta)
     return meta
 
 
@@ -260,6 +268,9 @@ def distill(cfg: DistillConfig) -> DistillResult:
     if done is not None:
         logger.info("%s is already complete (same teacher, corpus and settings): nothing to do", out_dir)
         return DistillResult(out_dir, True, done)
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / "meta.json").is_file():
+        raise ValueError(f"{out_dir} exists and is not a distilled corpus (no meta.json); it would be replaced: "
+                         "choose another --out or delete it")
     store = ChunkStore(out_dir.with_name(out_dir.name + ".partial"))
     chunks = store.open_plan(fingerprint, plan_chunks(session.batches(), cfg.chunk_sentences))
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
@@ -285,7 +296,6 @@ def distill(cfg: DistillConfig) -> DistillResult:
                       "sentences_decoded_this_run": decoded,
                       "sentences_per_second": round(decoded / decode_wall, 2) if decode_wall > 0 else None,
                       "workers": workers, "threads_per_worker": threads, "device": device}
-            timing["wall_seconds"] = round(time.perf_counter() - started, 3)
-            done = _merge(session, store, chunks, num_shards, timing)
+            done = _merge(session, store, chunks, num_shards, timing, started)
     store.remove()
     return DistillResult(out_dir, True, done)

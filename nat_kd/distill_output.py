@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import sacrebleu
@@ -34,6 +35,20 @@ def binarize(work: Path, split: str, src: str, tgt: str, dict_dir: Path) -> None
             os.replace(file, file.with_name(split + file.name[len("train"):]))
 
 
+def copy_other_splits(data_dir: Path | None, bin_dir: Path, split: str, src: str, tgt: str) -> list[str]:
+    """The original data's other splits (valid, test: real references) beside the distilled one, so that
+    fairseq-train can validate on them at once; returns their names."""
+    if data_dir is None:
+        return []
+    copied = set()
+    for file in sorted(Path(data_dir).glob(f"*.{src}-{tgt}.*")):
+        name = file.name.split(".")[0]
+        if name != split and file.suffix in (".bin", ".idx"):
+            shutil.copyfile(file, bin_dir / file.name)
+            copied.add(name)
+    return sorted(copied)
+
+
 def scores(hypotheses: list[str], references: list[str] | None) -> dict:
     """Corpus BLEU/chrF against the references and the length ratios (whitespace words)."""
     if references is None:
@@ -51,7 +66,7 @@ def scores(hypotheses: list[str], references: list[str] | None) -> dict:
 
 def write_output(out_dir: Path, *, split: str, src: str, tgt: str, source_text: list[str],
                  source_pieces: list[str], target_pieces: list[str], target_text: list[str],
-                 dict_dir: Path, meta: dict) -> None:
+                 dict_dir: Path, meta: dict, data_dir: Path | None = None) -> None:
     if not (len(source_text) == len(source_pieces) == len(target_pieces) == len(target_text)):
         raise AssertionError("distilled output is not line-aligned with the source; this is a bug")
     with atomic.building_directory(out_dir) as work:
@@ -61,4 +76,5 @@ def write_output(out_dir: Path, *, split: str, src: str, tgt: str, source_text: 
         (work / "spm" / f"{split}.{src}").write_text(_lines(source_pieces), encoding="utf-8")
         (work / "spm" / f"{split}.{tgt}").write_text(_lines(target_pieces), encoding="utf-8")
         binarize(work, split, src, tgt, dict_dir)
+        meta["files"]["original_splits_in_bin"] = copy_other_splits(data_dir, work / "bin", split, src, tgt)
         atomic.write_json(work / "meta.json", meta)

@@ -1,6 +1,7 @@
 """nat_kd.generate_distilled end to end on a micro teacher: strategies, resume, shards, bad input."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from conftest import MICRO_MODEL, ROOT, run_fairseq
+from conftest import MICRO_MODEL, ROOT
 from nat_kd.chunk_store import ChunkStore, ProgressError, plan_chunks, shard_from_env
 from nat_kd.corpus import CorpusError
 from nat_kd.decoding import DecodingSettings
@@ -26,10 +27,16 @@ LONG_LINE = 9  # longer than the teacher's 1024 source positions
 @pytest.fixture(scope="module")
 def teacher(tiny_en_de, tmp_path_factory):
     save = tmp_path_factory.mktemp("teacher")
-    run_fairseq("train", tiny_en_de / "bin", "--user-dir", "fairseq_plugins", "--arch", "kd_transformer_tiny",
-                *MICRO_MODEL, "--optimizer", "adam", "--lr", "5e-3", "--max-tokens", "2048", "--max-update", "60",
-                "--criterion", "label_smoothed_cross_entropy", "--required-batch-size-multiple", "1",
-                "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation", "--seed", "1")
+    # one thread: on a shared 2-core machine OpenMP's spinning threads cost more than they give
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fairseq_cli.train", tiny_en_de / "bin", "--user-dir", "fairseq_plugins",
+         "--arch", "kd_transformer_tiny", *MICRO_MODEL, "--optimizer", "adam", "--lr", "5e-3",
+         "--max-tokens", "2048", "--max-update", "60", "--criterion", "label_smoothed_cross_entropy",
+         "--required-batch-size-multiple", "1", "--save-dir", save, "--no-epoch-checkpoints",
+         "--save-interval", "1000", "--disable-validation", "--seed", "1", "--log-format", "none"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
     return save / "checkpoint_last.pt"
 
 
@@ -52,7 +59,7 @@ def config(teacher, tiny_en_de, corpus, out, **kw):
     return DistillConfig(teachers=[str(teacher)], out_dir=str(out), spm_model=str(tiny_en_de / "spm.model"),
                          split="valid", source=str(corpus / "src.en"), reference=str(corpus / "ref.de"),
                          dict_dir=str(tiny_en_de / "bin"), decoding=DecodingSettings(**decoding),
-                         workers=kw.pop("workers", 1), progress_bar=False, **kw)
+                         workers=kw.pop("workers", 1), threads=1, progress_bar=False, **kw)
 
 
 def output_bytes(out: Path) -> dict:
@@ -140,7 +147,7 @@ def cli(teacher, tiny_en_de, corpus, out, *extra):
     return [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher", str(teacher),
             "--source", str(corpus / "src.en"), "--reference", str(corpus / "ref.de"), "--split", "valid",
             "--spm-model", str(tiny_en_de / "spm.model"), "--dict-dir", str(tiny_en_de / "bin"),
-            "--out", str(out), "--max-len-b", "20", "--workers", "1", "--no-progress-bar", *extra]
+            "--out", str(out), "--max-len-b", "20", "--workers", "1", "--threads", "1", "--no-progress-bar", *extra]
 
 
 def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp_path):
@@ -166,15 +173,15 @@ def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp
 
 def test_two_shards_then_merge_equal_one_run(runs, teacher, tiny_en_de, corpus, tmp_path):
     out = tmp_path / "sharded"
-    kw = dict(strategy="beam", beam=4)
-    first = distill(config(teacher, tiny_en_de, corpus, out, num_shards=2, shard_id=0, chunk_sentences=10, **kw))
+    # batches of 8 sentences, one per chunk: 6 chunks, shard 1 gets 3, decoded by 2 worker processes
+    kw = dict(strategy="beam", beam=4, max_sentences=8, chunk_sentences=8)
+    first = distill(config(teacher, tiny_en_de, corpus, out, num_shards=2, shard_id=0, **kw))
     assert not first.complete and not out.exists()
     with pytest.raises(ProgressError, match=r"shard ids \[1\] of 2"):
-        distill(config(teacher, tiny_en_de, corpus, out, num_shards=2, merge_only=True, chunk_sentences=10, **kw))
-    second = distill(config(teacher, tiny_en_de, corpus, out, num_shards=2, shard_id=1, chunk_sentences=10,
-                            workers=2, **kw))
-    assert second.complete
-    whole = distill(config(teacher, tiny_en_de, corpus, tmp_path / "whole", chunk_sentences=10, **kw)).out_dir
+        distill(config(teacher, tiny_en_de, corpus, out, num_shards=2, merge_only=True, **kw))
+    second = distill(config(teacher, tiny_en_de, corpus, out, num_shards=2, shard_id=1, workers=2, **kw))
+    assert second.complete and second.meta["batching"]["chunks"] >= 6
+    whole = distill(config(teacher, tiny_en_de, corpus, tmp_path / "whole", **kw)).out_dir
     assert output_bytes(out) == output_bytes(whole)
     # and the same hypotheses as the default chunking of the strategy run
     assert (out / "valid.de").read_bytes() == (runs["beam"] / "valid.de").read_bytes()
@@ -226,11 +233,13 @@ def test_bad_input_is_a_clear_error(teacher, tiny_en_de, corpus, tmp_path, capsy
                          *common)
     assert code == 2 and "--reference" in err
     assert not (tmp_path / "o").exists()
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "precious.txt").write_text("keep me")
+    code, err = run_main(capsys, "--teacher", teacher, "--source", corpus / "src.en", *common)
+    assert code == 2 and "not a distilled corpus" in err and (tmp_path / "o" / "precious.txt").exists()
 
 
 def test_dictionary_that_does_not_match_is_an_error(teacher, tiny_en_de, tmp_path, capsys):
-    import shutil
-
     # same size, two entries swapped: binarized data with another dictionary
     swapped = tmp_path / "swapped"
     shutil.copytree(tiny_en_de / "bin", swapped)
@@ -254,12 +263,37 @@ def test_dictionary_that_does_not_match_is_an_error(teacher, tiny_en_de, tmp_pat
 
 def test_binarized_input_gives_the_same_hypotheses_as_raw_text(runs, teacher, tiny_en_de, tmp_path):
     """--data (fairseq-binarized) and --source (raw text) decode the same sentences to the same output."""
+    from nat_kd.distill_output import binarize
+
+    (tmp_path / "spm").mkdir()
+    for lang in ("en", "de"):  # the first valid sentences, binarized as nat_kd.prepare does
+        pieces = (tiny_en_de / "spm" / f"valid.{lang}").read_text(encoding="utf-8").splitlines()[:N_LINES]
+        (tmp_path / "spm" / f"valid.{lang}").write_text("".join(p + "\n" for p in pieces), encoding="utf-8")
+    binarize(tmp_path, "valid", "en", "de", tiny_en_de / "bin")
+    for file in (tiny_en_de / "bin").glob("test.en-de.*"):  # another split, to be copied beside the distilled one
+        shutil.copyfile(file, tmp_path / "bin" / file.name)
     out = distill(DistillConfig(teachers=[str(teacher)], out_dir=str(tmp_path / "b"), split="valid",
-                                spm_model=str(tiny_en_de / "spm.model"), data_dir=str(tiny_en_de / "bin"),
+                                spm_model=str(tiny_en_de / "spm.model"), data_dir=str(tmp_path / "bin"),
                                 decoding=DecodingSettings(strategy="greedy", max_len_b=20), workers=1,
-                                progress_bar=False)).out_dir
-    assert len(lines(out / "valid.de")) == 1014
-    raw = lines(runs["greedy"] / "valid.de")
-    binarized = lines(out / "valid.de")
+                                threads=1, progress_bar=False)).out_dir
+    raw, binarized = lines(runs["greedy"] / "valid.de"), lines(out / "valid.de")
+    assert len(binarized) == N_LINES
     same = [i for i in range(N_LINES) if i + 1 not in (EMPTY_LINE, LONG_LINE)]  # those two were altered
     assert [raw[i] for i in same] == [binarized[i] for i in same]
+    # without --source, the source copy is the detokenized binarized source
+    original = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()[:N_LINES]
+    assert lines(out / "valid.en") == original
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["files"]["original_splits_in_bin"] == ["test"]
+    assert (out / "bin" / "test.en-de.de.bin").read_bytes() == (tiny_en_de / "bin" / "test.en-de.de.bin").read_bytes()
+
+
+def test_ensemble_of_two_checkpoints(runs, teacher, tiny_en_de, corpus, tmp_path):
+    """The same teacher twice: fairseq averages two equal distributions, so greedy output stays the same
+    (up to float rounding in the averaging, hence the tolerance of a few lines)."""
+    cfg = config(teacher, tiny_en_de, corpus, tmp_path / "e", strategy="greedy")
+    cfg.teachers = [str(teacher), str(teacher)]
+    meta = distill(cfg).meta
+    assert len(meta["teacher"]["checkpoints"]) == 2 and meta["sentences"] == N_LINES
+    ensemble, single = lines(tmp_path / "e" / "valid.de"), lines(runs["greedy"] / "valid.de")
+    assert sum(a == b for a, b in zip(ensemble, single)) >= N_LINES - 3
