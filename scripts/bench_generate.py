@@ -118,9 +118,11 @@ def main() -> None:
     print(f"ours: {meta['sentences']} lines for {n} inputs; decode-only {meta['timing']['sentences_per_second']} "
           f"sent/s with {meta['timing']['workers']} worker(s)")
     if not args.skip_default_count:
-        default = [a for a in fairseq]  # fairseq-generate's defaults: --required-batch-size-multiple 8
+        # fairseq-generate's own defaults for batching: no --max-tokens, --required-batch-size-multiple 8
+        at = fairseq.index("--max-tokens")
+        default = fairseq[:at] + fairseq[at + 2:]
         run(default, work / "fairseq.default.log")
-        print(f"plain fairseq-generate (default --required-batch-size-multiple 8) returned "
+        print(f"plain fairseq-generate (default batching: no --max-tokens, --required-batch-size-multiple 8) returned "
               f"{len(hypotheses(work / 'fairseq.default.log'))} of {n} sentences; nat_kd returned {meta['sentences']}")
     shutil.rmtree(work, ignore_errors=True)
 
