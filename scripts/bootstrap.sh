@@ -9,7 +9,7 @@ want="$(cat "$root/scripts/bootstrap.sh" "$root/setup.cfg" "$root/pyproject.toml
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   exit 0
 fi
-echo "[bootstrap] setting up $venv (first run: about 4 minutes on 2 cores)" >&2
+echo "[bootstrap] setting up $venv (first run: about 5 minutes on 2 idle cores)" >&2
 python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" --upgrade "pip>=23" wheel
@@ -23,4 +23,6 @@ if ! "$venv/bin/python" -c "import fairseq" 2>/dev/null; then
 fi
 # Everything else, pinned in setup.cfg; fairseq and torch are already satisfied.
 "${pip[@]}" -e "$root[test]"
+echo "[bootstrap] pip's note that fairseq-fixed wants torchaudio is expected: translation does not need it," \
+     "and it would pull another torch (README, Installation)" >&2
 echo "$want" > "$stamp"

@@ -24,6 +24,11 @@ BIN="$DATA/bin"
 mkdir -p "$RUN_DIR"
 
 echo "== 2/5 train the tiny AT teacher ($TEACHER_UPDATES updates; log: $TEACHER.log)"
+# fairseq-train resumes from checkpoint_last.pt, but takes one more step even when the budget is reached:
+# a marker written after a finished run makes a re-run a true no-op.
+if [[ "$(cat "$TEACHER/finished_updates" 2>/dev/null)" == "$TEACHER_UPDATES" ]]; then
+  echo "already trained for $TEACHER_UPDATES updates"
+else
 # --required-batch-size-multiple 1: fairseq's default (8) silently drops the longest sentences.
 fairseq-train "$BIN" --user-dir fairseq_plugins --task translation --arch kd_transformer_tiny \
   --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 0.0 --lr 1e-3 \
@@ -31,8 +36,10 @@ fairseq-train "$BIN" --user-dir fairseq_plugins --task translation --arch kd_tra
   --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
   --max-tokens 4096 --required-batch-size-multiple 1 --max-update "$TEACHER_UPDATES" \
   --save-dir "$TEACHER" --no-epoch-checkpoints --seed 1 \
-  --log-format simple --log-interval 50 --no-progress-bar 2>&1 | tee "$TEACHER.log" \
+  --log-format simple --log-interval 50 --no-progress-bar 2>&1 | tee -a "$TEACHER.log" \
   | grep --line-buffered -E "valid on|done training|Loaded checkpoint"
+echo "$TEACHER_UPDATES" > "$TEACHER/finished_updates"
+fi
 
 echo "== 3/5 decode the validation set with the teacher (beam 5)"
 fairseq-generate "$BIN" --user-dir fairseq_plugins --task translation --gen-subset valid \
