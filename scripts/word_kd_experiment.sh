@@ -5,11 +5,12 @@
 #   real        the real references, label-smoothed CE
 #   word        real references + word-level KD from the teacher, online (teacher run every step)
 #   word_off    the same from the teacher's precomputed top-k (offline mode; also the speed comparison)
-#   seq         the teacher's beam-5 translations of the training set (Kim & Rush's Seq-KD)
-#   seq_word    the beam-5 translations + word-level KD, online (Seq-KD + Word-KD)
+#   seq         the teacher's translations of the training set (Kim & Rush's Seq-KD)
+#   seq_word    the teacher's translations + word-level KD, online (Seq-KD + Word-KD)
 # then test BLEU (sacrebleu on detokenized beam-5 output) and a table with training speed.
 # Re-running skips what is done (distilled data, top-k, finished students, decodes).
-# Settings via environment: TEACHER, UPDATES, KD_ALPHA, KD_T, TOPK, OUT, CONDITIONS.
+# Settings via environment: TEACHER, UPDATES, MAX_TOKENS, KD_ALPHA, KD_T, TOPK, OUT, CONDITIONS, DECODE,
+# DISTILL_STRATEGY (beam | greedy).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -23,6 +24,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 KD_ALPHA="${KD_ALPHA:-0.5}" KD_T="${KD_T:-1}" TOPK="${TOPK:-8}"
 OUT="${OUT:-runs/multi30k.$SRC-$TGT/word_kd}"
 CONDITIONS="${CONDITIONS:-real word word_off seq seq_word}"
+DECODE="${DECODE:-1}"  # 0: training only (the speed comparison)
 mkdir -p "$OUT"
 
 DATA="$(python -m nat_kd.prepare --src "$SRC" --tgt "$TGT" | tail -n 1)"
@@ -30,14 +32,16 @@ BIN="$DATA/bin"
 
 need_teacher() { [ -f "$TEACHER" ] || { echo "teacher $TEACHER not found: run scripts/main.sh first" >&2; exit 2; }; }
 
-# Seq-KD data: the teacher's beam-5 translations of the training set, binarized with its dictionaries.
-DISTILL="$OUT/distill_beam5"
+# Seq-KD data: the teacher's translations of the training set (beam 5, or DISTILL_STRATEGY=greedy where
+# beam 5 is too slow), binarized with its dictionaries.
+DISTILL_STRATEGY="${DISTILL_STRATEGY:-beam}"
+DISTILL="$OUT/distill_$DISTILL_STRATEGY"
 need_distilled() {
   need_teacher
   if [ ! -f "$DISTILL/bin/train.$SRC-$TGT.$TGT.bin" ]; then
-    echo "== distilling the training set (beam 5)"
+    echo "== distilling the training set ($DISTILL_STRATEGY)"
     /usr/bin/time -f "%e wall_s %U user_s %S sys_s" -o "$OUT/distill.time" nice python -m nat_kd.generate_distilled \
-      --teacher "$TEACHER" --prepared "$DATA" --split train --strategy beam --beam 5 --out "$DISTILL" \
+      --teacher "$TEACHER" --prepared "$DATA" --split train --strategy "$DISTILL_STRATEGY" --beam 5 --out "$DISTILL" \
       --no-progress-bar 2>&1 | grep -v -i warn | tail -n 5
   fi
   local lines
@@ -70,6 +74,7 @@ student() {  # NAME DATA_BIN CRITERION_ARGS...
       --max-update "$UPDATES" --save-dir "$dir" --no-epoch-checkpoints --disable-validation --seed 1 \
       --log-format simple --log-interval 50 --no-progress-bar "$@" 2>&1 | grep -v -i warn > "$dir/train.log"
   fi
+  [ "$DECODE" = 1 ] || return 0
   if [ ! -f "$dir/test.generate.txt" ] || ! tail -n 1 "$dir/test.generate.txt" | grep -q BLEU; then
     echo "== decode test with $name"
     nice fairseq-generate "$BIN" --user-dir fairseq_plugins --task translation --gen-subset test \
@@ -80,7 +85,7 @@ student() {  # NAME DATA_BIN CRITERION_ARGS...
 }
 
 # the teacher's own test BLEU, for reference in the table
-if [ -f "$TEACHER" ] && ! tail -n 1 "$OUT/teacher/test.generate.txt" 2>/dev/null | grep -q BLEU; then
+if [ "$DECODE" = 1 ] && [ -f "$TEACHER" ] && ! tail -n 1 "$OUT/teacher/test.generate.txt" 2>/dev/null | grep -q BLEU; then
   echo "== decode test with the teacher"
   mkdir -p "$OUT/teacher"
   python -c "import sys, torch, fairseq_plugins; s = torch.load(sys.argv[1], weights_only=True)

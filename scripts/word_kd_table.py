@@ -8,8 +8,8 @@ LABELS = {
     "real": ("real references", "label-smoothed CE"),
     "word": ("real references", "word-KD, online teacher"),
     "word_off": ("real references", "word-KD, offline top-k"),
-    "seq": ("teacher beam-5 (Seq-KD)", "label-smoothed CE"),
-    "seq_word": ("teacher beam-5 (Seq-KD)", "word-KD, online teacher"),
+    "seq": ("teacher-distilled (Seq-KD)", "label-smoothed CE"),
+    "seq_word": ("teacher-distilled (Seq-KD)", "word-KD, online teacher"),
 }
 
 
