@@ -200,6 +200,7 @@ def _decode_pending(session: _Session, store: ChunkStore, chunks, pending: list[
 
 
 def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float) -> dict:
+    from .distill_corpus import token_strings
     from .distill_output import scores, write_output
 
     cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
@@ -219,7 +220,7 @@ def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing
         raise ProgressError(f"{len(lost)} sentences have no output (lines {lost[:10]}...); delete {store.dir} "
                             "and rerun")
     target_text = session.sp.decode([p.split() for p in pieces])
-    source_pieces = [teacher.src_dict.string(t) for t in corpus.source_tokens]
+    source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),

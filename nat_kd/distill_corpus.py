@@ -58,6 +58,25 @@ def encode_text(lines: list[str], sp, dictionary) -> list[torch.Tensor]:
     return [dictionary.encode_line(" ".join(p), add_if_not_exist=False, append_eos=True).long() for p in pieces]
 
 
+def token_strings(dictionary, tokens: list[torch.Tensor]) -> list[str]:
+    """``[dictionary.string(t) for t in tokens]`` in one pass over all tokens at once.
+
+    Dictionary.string walks each tensor element by element in Python (3.3 s for the 29k training
+    sentences); here the ids are gathered once, mapped through ``dictionary.symbols`` by numpy and only
+    the joins stay per sentence. Same result: EOS and BOS are left out, as Dictionary.string does.
+    """
+    if not tokens:
+        return []
+    ids = torch.cat(tokens).numpy()
+    drop = [dictionary.eos()] + ([dictionary.bos()] if hasattr(dictionary, "bos_index") else [])
+    keep = ~np.isin(ids, drop)
+    words = np.asarray(dictionary.symbols, dtype=object)[ids[keep]].tolist()
+    # where each sentence's kept words end in ``words``
+    sentence = np.repeat(np.arange(len(tokens)), [len(t) for t in tokens])
+    ends = np.cumsum(np.bincount(sentence[keep], minlength=len(tokens))).tolist()
+    return [" ".join(words[start:end]) for start, end in zip([0] + ends[:-1], ends)]
+
+
 def load_binarized(data_dir: Path, split: str, lang: str, pair: str, dictionary) -> list[torch.Tensor]:
     from fairseq.data import data_utils
 
@@ -96,7 +115,7 @@ def load_corpus(*, teacher, sp, split: str, source: str | None = None, data_dir:
         tokens = load_binarized(Path(data_dir), split, teacher.source_lang, pair, src_dict)
         description["binarized"] = str(Path(data_dir).resolve())
         if text is None:  # no raw text given: the source copy is the detokenized binarized source
-            text = sp.decode([src_dict.string(t).split() for t in tokens])
+            text = sp.decode([line.split() for line in token_strings(src_dict, tokens)])
         else:
             _check_count("source", source, len(text), len(tokens), f"binarized {data_dir} ({split})")
     elif text is not None:
