@@ -239,7 +239,8 @@ def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing
                   "binarized": "bin/", "pieces": "spm/"},
     }
     write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
-                 source_text=corpus.source_text, source_pieces=source_pieces, target_pieces=pieces,
+                 source_text=corpus.source_text, source_tokens=corpus.source_tokens,
+                 source_pieces=source_pieces, target_pieces=pieces,
                  target_text=target_text, dict_dir=teacher.dict_dir, meta=meta,
                  data_dir=Path(cfg.data_dir) if cfg.data_dir else None)
     # the run's whole wall time, merge included (the output folder is complete already; this only updates it)

@@ -263,13 +263,15 @@ def test_dictionary_that_does_not_match_is_an_error(teacher, tiny_en_de, tmp_pat
 
 def test_binarized_input_gives_the_same_hypotheses_as_raw_text(runs, teacher, tiny_en_de, tmp_path):
     """--data (fairseq-binarized) and --source (raw text) decode the same sentences to the same output."""
+    from fairseq.data import Dictionary
+    from nat_kd.distill_corpus import load_binarized
     from nat_kd.distill_output import binarize
 
-    (tmp_path / "spm").mkdir()
-    for lang in ("en", "de"):  # the first valid sentences, binarized as nat_kd.prepare does
-        pieces = (tiny_en_de / "spm" / f"valid.{lang}").read_text(encoding="utf-8").splitlines()[:N_LINES]
-        (tmp_path / "spm" / f"valid.{lang}").write_text("".join(p + "\n" for p in pieces), encoding="utf-8")
-    binarize(tmp_path, "valid", "en", "de", tiny_en_de / "bin")
+    # the first valid sentences, binarized as fairseq-preprocess does (tests/test_distill_output.py)
+    source = load_binarized(tiny_en_de / "bin", "valid", "en", "en-de",
+                            Dictionary.load(str(tiny_en_de / "bin" / "dict.en.txt")))[:N_LINES]
+    target = (tiny_en_de / "spm" / "valid.de").read_text(encoding="utf-8").splitlines()[:N_LINES]
+    binarize(tmp_path / "bin", "valid", "en", "de", tiny_en_de / "bin", source, target)
     for file in (tiny_en_de / "bin").glob("test.en-de.*"):  # another split, to be copied beside the distilled one
         shutil.copyfile(file, tmp_path / "bin" / file.name)
     out = distill(DistillConfig(teachers=[str(teacher)], out_dir=str(tmp_path / "b"), split="valid",
