@@ -11,7 +11,7 @@ matplotlib.use("Agg")  # files only; no display on a training machine
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def _save(fig, path: str | os.PathLike) -> None:
+def save_figure(fig, path: str | os.PathLike) -> None:
     """savefig to a temp file beside ``path``, then rename: never a half-written image."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -38,7 +38,7 @@ def plot_complexity_faithfulness(rows: list[dict], path: str | os.PathLike, unit
     ax.set_title("Complexity vs faithfulness")
     ax.margins(0.2)  # room for the labels
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_mode_mix(rows: list[dict], languages: list[str], path: str | os.PathLike) -> None:
@@ -54,4 +54,4 @@ def plot_mode_mix(rows: list[dict], languages: list[str], path: str | os.PathLik
     ax.set_ylim(0, 1)
     ax.legend(title="mode", fontsize=8)
     ax.set_title("Mode mix of the outputs")
-    _save(fig, path)
+    save_figure(fig, path)

@@ -64,7 +64,9 @@ class ModesScore:
 
     @property
     def mix(self) -> dict[str, float]:
-        """Mean posterior of each language over the sentences that have one."""
+        """Mean posterior of each language over the sentences that have one (NaN when none has)."""
+        if len(self.posteriors) == self.unknown:
+            return {lang: float("nan") for lang in self.languages}
         return dict(zip(self.languages, np.nanmean(self.posteriors, axis=0).tolist()))
 
     @property

@@ -1,0 +1,60 @@
+"""Command line: ``python -m nat_kd.study PROFILE_OR_CONFIG [--out DIR] [--jobs N] [--data-dir DIR]``.
+
+Runs every step of the study that is not done yet (a killed study resumes where it stopped), then writes
+the results folder: OUT/results/results.md (tables), *.png (figures), results.json, config.toml.
+Per-step logs are in OUT/logs/, step records in OUT/steps/, models and data in OUT/work/.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from nat_kd.corpus import CorpusError
+
+from .config import ConfigError, load
+from .steps import Runner, StepError
+
+
+def _configure_logging() -> None:
+    # force: importing fairseq's tasks sets the root logger to DEBUG (matplotlib then logs its font search)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", stream=sys.stderr, force=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m nat_kd.study", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", help="bundled profile (micro, cpu, paper) or a TOML file")
+    p.add_argument("--out", help="study folder (default: runs/study/NAME)")
+    p.add_argument("--jobs", type=int, help="steps run at once (default: the config's [study] jobs)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per step (default 1)")
+    p.add_argument("--data-dir", help="raw Multi30k folder (default: $NAT_KD_DATA, else ../shared/data/multi30k)")
+    p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
+    args = p.parse_args(argv)
+    from .plan import build_plan  # imports fairseq
+
+    _configure_logging()
+    from .results import write_results  # imports matplotlib
+    try:
+        cfg = load(args.config)
+        out = Path(args.out or f"runs/study/{cfg.name}")
+        steps = build_plan(cfg, out / "results", args.data_dir)
+        runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads)
+        if args.list:
+            for line in runner.status(steps):
+                print(line)
+            return 0
+        records = runner.run(steps)
+    except (ConfigError, CorpusError, StepError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    command = "python -m nat_kd.study " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    paths = write_results(cfg, records, out / "results", command)
+    print(f"ran {len(runner.ran)} step(s), {len(runner.skipped)} already done; results: {paths['markdown']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""The study's configuration: a TOML file (see profiles/*.toml) read into dataclasses, checked up front.
+
+Every section has defaults, so a config names only what it changes; unknown keys are errors (a typo would
+otherwise silently run the default). ``profile_path`` resolves a bundled profile name (micro, cpu, paper).
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+
+PROFILES = Path(__file__).parent / "profiles"
+STRATEGIES = ("beam", "greedy", "sampling", "topk", "topp", "seq-inter")
+
+
+class ConfigError(ValueError):
+    """A problem in the config file; the message names the file, the key and the fix."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Transformer dimensions (encoder and decoder alike), given to fairseq on the command line."""
+    embed_dim: int
+    ffn_dim: int
+    layers: int
+    heads: int
+    dropout: float = 0.1
+
+    def flags(self) -> list[str]:
+        out = []
+        for side in ("encoder", "decoder"):
+            out += [f"--{side}-embed-dim", self.embed_dim, f"--{side}-ffn-embed-dim", self.ffn_dim,
+                    f"--{side}-layers", self.layers, f"--{side}-attention-heads", self.heads]
+        return [str(x) for x in out + ["--dropout", self.dropout]]
+
+    def overrides(self) -> dict:
+        """The same dimensions as fairseq argument names (to build the model in-process, e.g. to count it)."""
+        out = {"dropout": self.dropout}
+        for side in ("encoder", "decoder"):
+            out |= {f"{side}_embed_dim": self.embed_dim, f"{side}_ffn_embed_dim": self.ffn_dim,
+                    f"{side}_layers": self.layers, f"{side}_attention_heads": self.heads}
+        return out
+
+    @property
+    def label(self) -> str:
+        return f"{self.layers}x{self.embed_dim}"
+
+
+@dataclass(frozen=True)
+class Training:
+    """How one kind of model is trained: fairseq-train's budget and optimiser settings."""
+    updates: int
+    max_tokens: int = 4096
+    lr: float = 1e-3
+    warmup: int = 100
+    label_smoothing: float = 0.1
+    validate_every: int = 0  # updates between validations (0: every epoch)
+
+
+@dataclass(frozen=True)
+class Teacher:
+    name: str
+    shape: ModelShape
+
+
+@dataclass(frozen=True)
+class DistilledSet:
+    teacher: str
+    strategy: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.teacher}.{self.strategy}"
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    name: str
+    src: str
+    tgt: str
+    vocab_size: int
+    train_limit: int | None  # first N training pairs (None: all)
+    jobs: int  # steps run at once, one torch thread each
+    teachers: tuple[Teacher, ...]  # in increasing capacity
+    teacher_training: Training
+    distilled: tuple[DistilledSet, ...]
+    decoding: dict  # beam, top_k, temperature, ... (nat_kd.decoding.DecodingSettings fields)
+    distill_max_tokens: int
+    student_families: tuple[str, ...]
+    student_shape: ModelShape
+    student_training: Training
+    evaluation: dict  # beam, max_tokens
+    born_again_rounds: int
+    born_again_student: str
+    born_again_shape: ModelShape
+    modes: dict | None  # the multi-modality experiment (None: skipped)
+    source: Path | None = None
+
+    @property
+    def teacher_names(self) -> list[str]:
+        return [t.name for t in self.teachers]
+
+
+def profile_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    bundled = PROFILES / f"{name_or_path}.toml"
+    if bundled.is_file():
+        return bundled
+    names = ", ".join(sorted(p.stem for p in PROFILES.glob("*.toml")))
+    raise ConfigError(f"{name_or_path}: no such config file or bundled profile (profiles: {names})")
+
+
+def _take(table: dict, key: str, default, where: str, kind=None):
+    value = table.pop(key, default)
+    if value is MISSING:
+        raise ConfigError(f"{where}: missing key '{key}'")
+    if kind is not None and value is not None and not isinstance(value, kind):
+        raise ConfigError(f"{where}.{key} = {value!r}: expected {getattr(kind, '__name__', kind)}")
+    return value
+
+
+def _no_leftovers(table: dict, where: str) -> None:
+    if table:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(table))}; check the spelling against "
+                          "nat_kd/study/profiles/cpu.toml")
+
+
+def _dataclass(cls, table: dict, where: str, **fixed):
+    table = dict(table)
+    values = dict(fixed)
+    for f in fields(cls):
+        if f.name in fixed:
+            continue
+        default = f.default if f.default is not MISSING else MISSING
+        values[f.name] = _take(table, f.name, default, where)
+    _no_leftovers(table, where)
+    return cls(**values)
+
+
+def load(path: str | Path) -> StudyConfig:
+    path = profile_path(str(path))
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    try:
+        return _build(raw, path)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    except TypeError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def _build(raw: dict, path: Path) -> StudyConfig:
+    study = dict(raw.pop("study", {}))
+    where = "[study]"
+    name = _take(study, "name", path.stem, where, str)
+    src, tgt = _take(study, "src", "en", where, str), _take(study, "tgt", "de", where, str)
+    vocab_size = _take(study, "vocab_size", 8000, where, int)
+    train_limit = _take(study, "train_limit", 0, where, int) or None
+    jobs = _take(study, "jobs", 2, where, int)
+    _no_leftovers(study, where)
+
+    teacher_section = dict(raw.pop("teachers", {}))
+    shapes = teacher_section.pop("models", None)
+    if not shapes:
+        raise ConfigError("[teachers]: give [[teachers.models]] entries (name, embed_dim, ffn_dim, layers, heads), "
+                          "smallest first")
+    teachers = tuple(Teacher(str(_take(t := dict(s), "name", MISSING, "[[teachers.models]]")),
+                             _dataclass(ModelShape, t, f"[[teachers.models]] {s.get('name')}")) for s in shapes)
+    if len({t.name for t in teachers}) != len(teachers):
+        raise ConfigError("[[teachers.models]]: teacher names must differ")
+    teacher_training = _dataclass(Training, teacher_section.pop("training", {}), "[teachers.training]")
+    _no_leftovers(teacher_section, "[teachers]")
+
+    distill = dict(raw.pop("distill", {}))
+    where = "[distill]"
+    beam_teachers = _take(distill, "beam_teachers", [t.name for t in teachers], where, list)
+    methods_teacher = _take(distill, "methods_teacher", teachers[len(teachers) // 2].name, where, str)
+    methods = _take(distill, "methods", ["greedy", "topk", "sampling", "seq-inter"], where, list)
+    max_tokens = _take(distill, "max_tokens", 3000, where, int)
+    decoding = distill  # what is left: DecodingSettings fields (beam, top_k, temperature, seed, ...)
+    from nat_kd.decoding import DecodingSettings
+    known = {f.name for f in fields(DecodingSettings)} - {"strategy"}  # the strategy is the set's own
+    if set(decoding) - known:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(set(decoding) - known))}; decoding keys are "
+                          f"{', '.join(sorted(known))}")
+    for teacher in [*beam_teachers, methods_teacher]:
+        if teacher not in {t.name for t in teachers}:
+            raise ConfigError(f"{where}: teacher '{teacher}' is not one of [[teachers.models]] "
+                              f"({', '.join(t.name for t in teachers)})")
+    for method in methods:
+        if method not in STRATEGIES:
+            raise ConfigError(f"{where}.methods: unknown strategy '{method}'; choose from {', '.join(STRATEGIES)}")
+    distilled = tuple([DistilledSet(t, "beam") for t in beam_teachers]
+                      + [DistilledSet(methods_teacher, m) for m in methods if m != "beam"])
+
+    students = dict(raw.pop("students", {}))
+    where = "[students]"
+    families = tuple(_take(students, "families", ["nat", "cmlm"], where, list))
+    from fairseq_plugins.models.students import STUDENT_FAMILIES
+    for family in families:
+        if family not in STUDENT_FAMILIES:
+            raise ConfigError(f"{where}.families: unknown '{family}'; choose from {', '.join(STUDENT_FAMILIES)}")
+    student_shape = _dataclass(ModelShape, students.pop("model", {}), "[students.model]")
+    student_training = _dataclass(Training, students.pop("training", {}), "[students.training]")
+    _no_leftovers(students, where)
+
+    section, where = dict(raw.pop("evaluation", {})), "[evaluation]"
+    evaluation = {"beam": _take(section, "beam", 5, where, int),
+                  "max_tokens": _take(section, "max_tokens", 8192, where, int),
+                  # AT output length limit a * source length + b (fairseq's defaults; NATs predict theirs)
+                  "max_len_a": _take(section, "max_len_a", 0.0, where, (int, float)),
+                  "max_len_b": _take(section, "max_len_b", 200, where, int),
+                  # valid BLEU is informative only (checkpoints are chosen on valid loss); test is reported
+                  "splits": _take(section, "splits", ["valid", "test"], where, list)}
+    if "test" not in evaluation["splits"]:
+        raise ConfigError(f"{where}.splits: must include 'test' (the reported figure)")
+    _no_leftovers(section, where)
+
+    born = dict(raw.pop("born_again", {}))
+    where = "[born_again]"
+    rounds = _take(born, "rounds", 0, where, int)
+    born_student = _take(born, "student", families[0], where, str)
+    if born_student not in families:
+        raise ConfigError(f"{where}.student: '{born_student}' is not one of [students].families")
+    born_shape = _dataclass(ModelShape, born.pop("model", {}), "[born_again.model]") if rounds else student_shape
+    _no_leftovers(born, where)
+
+    modes = raw.pop("modes", None)
+    if modes is not None:
+        section, where = dict(modes), "[modes]"
+        modes = {"train_limit": _take(section, "train_limit", 0, where, int) or None,
+                 "vocab_size": _take(section, "vocab_size", vocab_size, where, int),
+                 "at": _dataclass(ModelShape, section.pop("at_model", {}), "[modes.at_model]"),
+                 "nat": _dataclass(ModelShape, section.pop("nat_model", {}), "[modes.nat_model]"),
+                 "training": _dataclass(Training, section.pop("training", {}), "[modes.training]")}
+        _no_leftovers(section, where)
+    _no_leftovers(raw, "top level")
+    return StudyConfig(name, src, tgt, vocab_size, train_limit, jobs, teachers, teacher_training, distilled,
+                       decoding, max_tokens, families, student_shape, student_training, evaluation, rounds,
+                       born_student, born_shape, modes, path)

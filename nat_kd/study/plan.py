@@ -1,0 +1,192 @@
+"""The study as steps: prepare, teachers, distilled sets, their analysis, NAT students, Born-Again rounds
+and the multi-modality experiment. Each step function is small: it calls the library or a fairseq job and
+returns what the results tables need (paths, BLEU, counts), plus the ``outputs`` that identify it.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+
+from nat_kd.corpus import read_lines
+
+from . import fairseq_jobs as jobs
+from .config import ModelShape, StudyConfig, Training
+from .steps import Step, StepContext
+
+TEACHER_ARCH = "kd_transformer_tiny"  # sizes come from the config's shapes, on the command line
+
+
+def student_arch(family: str) -> str:
+    return f"kd_{family}_tiny"
+
+
+def count_parameters(arch: str, shape: ModelShape, vocab_size: int) -> int:
+    from fairseq_plugins.models.counting import build_model
+
+    return sum(p.numel() for p in build_model(arch, vocab_size, **shape.overrides()).parameters())
+
+
+# ---------------------------------------------------------------- step functions
+
+def prepare_step(ctx: StepContext, *, src: str, tgt: str, vocab_size: int, train_limit: int | None,
+                 data_dir: str | None) -> dict:
+    from nat_kd.prepare import PrepareConfig, prepare
+
+    out = prepare(PrepareConfig(src, tgt, vocab_size=vocab_size, train_limit=train_limit), raw_dir=data_dir,
+                  out_dir=ctx.work / "data")
+    return {"dir": str(out), "outputs": [str(out / "manifest.json")],
+            "train_pairs": len(read_lines(out / "raw" / f"train.{src}"))}
+
+
+def _evaluate(ctx: StepContext, prepared: Path, bin_dir: Path, checkpoint: Path, evaluation: dict,
+              nat_family: str | None, tgt: str) -> dict:
+    """BLEU on valid (selection) and test (the figure we report), detokenized, against the raw references."""
+    out = {}
+    settings = {k: v for k, v in evaluation.items() if k != "splits"}
+    for split in evaluation["splits"]:
+        hyps = jobs.translate(bin_dir, checkpoint, split, ctx.work / f"{split}.hyp", log=ctx.log,
+                              threads=ctx.threads, nat_family=nat_family, **settings)
+        score = jobs.bleu(hyps, read_lines(prepared / "raw" / f"{split}.{tgt}"))
+        out[f"{split}_bleu"], out["bleu_signature"] = score["bleu"], score["signature"]
+        out[f"{split}_hypotheses"] = str(ctx.work / f"{split}.hyp")
+    return out
+
+
+def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, shape: dict, training: dict,
+               nat_family: str | None, evaluation: dict, tgt: str) -> dict:
+    """Train one model (AT or NAT) on the prepared data or on a distilled set, then evaluate it."""
+    prepared = Path(ctx.results[prepare]["dir"])
+    bin_dir = Path(ctx.results[data]["dir"]) / "bin" if data else prepared / "bin"
+    shape_, training_ = ModelShape(**shape), Training(**training)
+    checkpoint = jobs.train(bin_dir, ctx.work / "checkpoints", arch=arch, shape=shape_, training=training_,
+                            log=ctx.log, threads=ctx.threads, nat_family=nat_family)
+    result = {"checkpoint": str(checkpoint), "outputs": [str(checkpoint)],
+              "parameters": count_parameters(arch, shape_, _vocab_size(prepared)), "shape": shape_.label}
+    return result | _evaluate(ctx, prepared, bin_dir, checkpoint, evaluation, nat_family, tgt)
+
+
+def _vocab_size(prepared: Path) -> int:
+    from fairseq.data import Dictionary
+
+    return len(Dictionary.load(str(next((prepared / "bin").glob("dict.*.txt")))))
+
+
+def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, decoding: dict, max_tokens: int,
+                name: str, tgt: str) -> dict:
+    prepared = Path(ctx.results[prepare]["dir"])
+    out = ctx.work / "data"
+    meta = jobs.distil(prepared, Path(ctx.results[teacher]["checkpoint"]), out, strategy=strategy,
+                       decoding=decoding, max_tokens=max_tokens, log=ctx.log, threads=ctx.threads)
+    return {"dir": str(out), "name": name, "strategy": strategy, "teacher": teacher,
+            "outputs": [str(out / f"train.{tgt}")], "sentences": meta["sentences"],
+            "bleu_vs_reference": meta["scores"].get("bleu"),
+            "sentences_per_second": meta["timing"]["sentences_per_second"]}
+
+
+def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, tgt: str, out: str) -> dict:
+    from nat_kd.report import AnalysisReport, DataSet
+    from nat_kd.tokenizers import get_tokenizer
+
+    prepared = Path(ctx.results[prepare]["dir"])
+    real = DataSet("real", prepared / "raw" / f"train.{src}", prepared / "raw" / f"train.{tgt}", "reference")
+    distilled = [DataSet(ctx.results[s]["name"], Path(ctx.results[s]["dir"]) / f"train.{src}",
+                         Path(ctx.results[s]["dir"]) / f"train.{tgt}", ctx.results[s]["strategy"]) for s in sets]
+    report = AnalysisReport(get_tokenizer("13a", lowercase=True), drop_empty=True).run(real, distilled)
+    paths = report.write(Path(out))
+    return {"rows": report.rows, "signature": report.signature, "outputs": [str(paths["json"])]}
+
+
+def modes_step(ctx: StepContext, *, prepare: str, systems: dict, distilled: str, src: str, out: str) -> dict:
+    """The multi-modality diagnostic: the language mix of each system's test outputs and of the real and the
+    distilled training targets, under unigram models of each target language's real training text."""
+    from nat_kd.metrics import Modes, UnigramModels
+    from nat_kd.plotting import plot_mode_mix
+    from nat_kd.tokenizers import get_tokenizer
+
+    prepared = Path(ctx.results[prepare]["dir"])
+    tokenizer = get_tokenizer("13a", lowercase=True)
+    targets = read_lines(prepared / "raw" / "train.mix")
+    langs = read_lines(prepared / "train.lang")
+    texts = {}
+    for line, lang in zip(targets, langs):
+        texts.setdefault(lang, []).append(line)
+    modes = Modes(UnigramModels.from_texts({lang: tokenizer.corpus(lines) for lang, lines in texts.items()}))
+    outputs = {"real training targets": targets,
+               "distilled training targets": read_lines(Path(ctx.results[distilled]["dir"]) / "train.mix")}
+    outputs |= {label: read_lines(ctx.results[step]["test_hypotheses"]) for label, step in systems.items()}
+    rows = []
+    for label, lines in outputs.items():
+        score = modes.corpus_score(tokenizer.corpus(lines), tokenizer.settings)
+        rows.append({"name": label, "mode_purity": score.mean_purity, "mode_mix": score.mix,
+                     "argmax_share": score.argmax_share, "unknown": score.unknown,
+                     "test_bleu": ctx.results[systems[label]]["test_bleu"] if label in systems else None})
+    figure = Path(out) / "mode_mix.png"
+    plot_mode_mix(rows, list(texts), figure)
+    return {"rows": rows, "languages": list(texts), "signature": str(score.signature), "outputs": [str(figure)]}
+
+
+# ---------------------------------------------------------------- the plan
+
+def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None) -> list[Step]:
+    steps: list[Step] = []
+    evaluation = dict(cfg.evaluation)
+
+    def add(step_name, kind, fn, deps=(), **settings):
+        steps.append(Step(step_name, kind, settings, partial(fn, **settings), list(deps)))
+
+    def train(name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=cfg.tgt):
+        add(name, "train", train_step, [prepare] + ([data] if data else []), prepare=prepare, data=data, arch=arch,
+            shape=asdict(shape), training=asdict(training), nat_family=nat_family, evaluation=evaluation, tgt=tgt)
+
+    add("prepare", "prepare", prepare_step, src=cfg.src, tgt=cfg.tgt, vocab_size=cfg.vocab_size,
+        train_limit=cfg.train_limit, data_dir=data_dir)
+
+    # 1. teachers of increasing capacity
+    for teacher in cfg.teachers:
+        train(f"teacher.{teacher.name}", data=None, arch=TEACHER_ARCH, shape=teacher.shape,
+              training=cfg.teacher_training)
+    # 2. distilled training sets, and their analysis
+    for d in cfg.distilled:
+        add(f"distil.{d.name}", "distil", distil_step, ["prepare", f"teacher.{d.teacher}"], prepare="prepare",
+            teacher=f"teacher.{d.teacher}", strategy=d.strategy, decoding=cfg.decoding,
+            max_tokens=cfg.distill_max_tokens, name=d.name, tgt=cfg.tgt)
+    set_steps = [f"distil.{d.name}" for d in cfg.distilled]
+    add("analysis", "analysis", analysis_step, ["prepare", *set_steps], prepare="prepare", sets=set_steps,
+        src=cfg.src, tgt=cfg.tgt, out=str(results_dir / "analysis"))
+    # 3. NAT students on the real data and on every distilled set
+    for family in cfg.student_families:
+        for data in [None, *set_steps]:
+            label = data.split(".", 1)[1] if data else "real"
+            train(f"student.{family}.{label}", data=data, arch=student_arch(family), shape=cfg.student_shape,
+                  training=cfg.student_training, nat_family=family)
+    # 4. Born-Again: a student-sized AT learns from its own outputs, round after round
+    previous = None
+    for r in range(1, cfg.born_again_rounds + 1):
+        train(f"born_again.{r}.at", data=previous, arch=TEACHER_ARCH, shape=cfg.born_again_shape,
+              training=cfg.teacher_training)
+        add(f"born_again.{r}.distil", "distil", distil_step, ["prepare", f"born_again.{r}.at"], prepare="prepare",
+            teacher=f"born_again.{r}.at", strategy="beam", decoding=cfg.decoding,
+            max_tokens=cfg.distill_max_tokens, name=f"born-again {r}", tgt=cfg.tgt)
+        previous = f"born_again.{r}.distil"
+        train(f"born_again.{r}.student", data=previous, arch=student_arch(cfg.born_again_student),
+              shape=cfg.student_shape, training=cfg.student_training, nat_family=cfg.born_again_student)
+    # 5. multi-modality: untagged en -> {de, fr, cs}
+    if cfg.modes:
+        m = cfg.modes
+        add("modes.prepare", "prepare", prepare_step, src=cfg.src, tgt="mix", vocab_size=m["vocab_size"],
+            train_limit=m["train_limit"], data_dir=data_dir)
+        mix = dict(prepare="modes.prepare", tgt="mix")
+        train("modes.at", data=None, arch=TEACHER_ARCH, shape=m["at"], training=m["training"], **mix)
+        train("modes.nat.real", data=None, arch=student_arch("nat"), shape=m["nat"], training=m["training"],
+              nat_family="nat", **mix)
+        add("modes.distil", "distil", distil_step, ["modes.prepare", "modes.at"], prepare="modes.prepare",
+            teacher="modes.at", strategy="beam", decoding=cfg.decoding, max_tokens=cfg.distill_max_tokens,
+            name="mix.beam", tgt="mix")
+        train("modes.nat.distilled", data="modes.distil", arch=student_arch("nat"), shape=m["nat"],
+              training=m["training"], nat_family="nat", **mix)
+        systems = {"AT": "modes.at", "NAT (real data)": "modes.nat.real", "NAT (distilled data)": "modes.nat.distilled"}
+        add("modes.analysis", "modes", modes_step, ["modes.prepare", "modes.distil", *systems.values()],
+            prepare="modes.prepare", systems=systems, distilled="modes.distil", src=cfg.src,
+            out=str(results_dir / "modes"))
+    return steps

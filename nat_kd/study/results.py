@@ -1,0 +1,175 @@
+"""The study's tables (Markdown), figures (PNG) and results.json, from the finished steps' records.
+
+Everything here is re-derived from ``steps/*.json`` on every run, so the results folder always matches the
+steps that are done; missing pieces (a step not run yet) show as '-'.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+from pathlib import Path
+
+from nat_kd import __version__, atomic
+from nat_kd.plotting import plt, save_figure
+
+from .config import StudyConfig
+
+
+def _fmt(value, spec=".2f") -> str:
+    return "-" if value is None or value != value else format(value, spec)
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def teachers_table(cfg: StudyConfig, res: dict) -> str:
+    rows = []
+    for t in cfg.teachers:
+        r = res.get(f"teacher.{t.name}", {})
+        rows.append([t.name, t.shape.label, f"{t.shape.ffn_dim}", _fmt(r.get("parameters"), ","),
+                     _fmt(r.get("valid_bleu")), _fmt(r.get("test_bleu"))])
+    return _table(["teacher", "layers x dim", "ffn", "parameters", "valid BLEU", "test BLEU"], rows)
+
+
+def decoding_table(cfg: StudyConfig, res: dict) -> str:
+    analysis = {row["name"]: row for row in res.get("analysis", {}).get("rows", [])}
+    rows = []
+    for name, teacher, strategy in [("real", "-", "reference")] + [(d.name, d.teacher, d.strategy)
+                                                                   for d in cfg.distilled]:
+        a, d = analysis.get(name, {}), res.get(f"distil.{name}", {})
+        rows.append([name, teacher, strategy, _fmt(a.get("complexity"), ".4f"), _fmt(a.get("faithfulness"), ".4f"),
+                     _fmt(a.get("reordering"), ".4f"), _fmt(a.get("bleu")), _fmt(a.get("length_ratio"), ".3f"),
+                     _fmt(d.get("sentences_per_second"), ".1f")])
+    return _table(["training set", "teacher", "decoding", "complexity C(d)", "faithfulness F(d)", "FRS",
+                   "BLEU vs real", "length ratio", "distil sent/s"], rows)
+
+
+def data_labels(cfg: StudyConfig) -> list[str]:
+    return ["real"] + [d.name for d in cfg.distilled]
+
+
+def students_table(cfg: StudyConfig, res: dict) -> str:
+    rows = []
+    for data in data_labels(cfg):
+        rows.append([data] + [_fmt(res.get(f"student.{f}.{data}", {}).get("test_bleu"))
+                              for f in cfg.student_families])
+    return _table(["training data"] + [f"{f} test BLEU" for f in cfg.student_families], rows)
+
+
+def born_again_table(cfg: StudyConfig, res: dict) -> str:
+    family = cfg.born_again_student
+    rows = [[0, "real data", "-", "-", _fmt(res.get(f"student.{family}.real", {}).get("test_bleu"))]]
+    for r in range(1, cfg.born_again_rounds + 1):
+        at, data = res.get(f"born_again.{r}.at", {}), res.get(f"born_again.{r}.distil", {})
+        rows.append([r, "real data" if r == 1 else f"round {r - 1}'s distilled data", _fmt(at.get("test_bleu")),
+                     _fmt(data.get("bleu_vs_reference")),
+                     _fmt(res.get(f"born_again.{r}.student", {}).get("test_bleu"))])
+    return _table(["round", "AT trained on", "AT test BLEU", f"round's data BLEU vs real",
+                   f"{family} test BLEU on it"], rows)
+
+
+def modes_table(res: dict) -> str:
+    m = res.get("modes.analysis")
+    if not m:
+        return "(not run)\n"
+    langs = m["languages"]
+    rows = [[r["name"], _fmt(r.get("test_bleu")), _fmt(r["mode_purity"], ".3f")]
+            + [_fmt(r["mode_mix"][l], ".3f") for l in langs] + [_fmt(r["argmax_share"][l], ".3f") for l in langs]
+            for r in m["rows"]]
+    return _table(["outputs", "test BLEU (mixed refs)", "purity"] + [f"p({l}|y)" for l in langs]
+                  + [f"argmax {l}" for l in langs], rows)
+
+
+def capacity_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
+    """Left: teacher BLEU by capacity. Right: each student's BLEU on its beam-distilled data, against the
+    capacity of the teacher that made the data; dashed: the same student on the real data."""
+    beam = {d.teacher: d.name for d in cfg.distilled if d.strategy == "beam"}
+    teachers = [t for t in cfg.teachers if t.name in beam]
+    params = [res.get(f"teacher.{t.name}", {}).get("parameters") for t in teachers]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.plot(params, [res.get(f"teacher.{t.name}", {}).get("test_bleu") for t in teachers], "o-", color="black")
+    for t, p in zip(teachers, params):
+        left.annotate(t.name, (p, res.get(f"teacher.{t.name}", {}).get("test_bleu") or 0),
+                      textcoords="offset points", xytext=(4, 4), fontsize=8)
+    left.set(xscale="log", xlabel="teacher parameters", ylabel="test BLEU", title="AT teachers")
+    for i, family in enumerate(cfg.student_families):
+        color = f"C{i}"
+        bleu = [res.get(f"student.{family}.{beam[t.name]}", {}).get("test_bleu") for t in teachers]
+        right.plot(params, bleu, "o-", color=color, label=f"{family}, distilled")
+        real = res.get(f"student.{family}.real", {}).get("test_bleu")
+        if real is not None:
+            right.axhline(real, color=color, linestyle="--", label=f"{family}, real data")
+    right.set(xscale="log", xlabel="capacity of the teacher that distilled the data (parameters)",
+              ylabel="student test BLEU", title="NAT students vs teacher capacity")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    right.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def born_again_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
+    rounds = list(range(0, cfg.born_again_rounds + 1))
+    family = cfg.born_again_student
+    nat = [res.get(f"student.{family}.real" if r == 0 else f"born_again.{r}.student", {}).get("test_bleu")
+           for r in rounds]
+    at = [None] + [res.get(f"born_again.{r}.at", {}).get("test_bleu") for r in rounds[1:]]
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.plot(rounds, [float("nan") if v is None else v for v in nat], "o-", label=f"{family} student")
+    ax.plot(rounds, [float("nan") if v is None else v for v in at], "s--", label="student-sized AT")
+    ax.set(xlabel="Born-Again round (0: real data)", ylabel="test BLEU", title="Born-Again rounds")
+    ax.set_xticks(rounds)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def hardware() -> dict:
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "python": platform.python_version(), "torch": torch.__version__, "nat_kd": __version__}
+
+
+def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    res = {name: rec["result"] for name, rec in records.items()}
+    paths = {"capacity_figure": out / "students_vs_teacher_capacity.png"}
+    capacity_figure(cfg, res, paths["capacity_figure"])
+    if cfg.born_again_rounds:
+        paths["born_again_figure"] = out / "born_again.png"
+        born_again_figure(cfg, res, paths["born_again_figure"])
+    walls = sorted(((r["wall_seconds"], n) for n, r in records.items()), reverse=True)
+    sections = [
+        f"# Distillation study: profile `{cfg.name}`\n",
+        f"Command: `{command}`  \nConfig: [`config.toml`](config.toml) (copied from `{cfg.source}`).  \n"
+        f"Hardware: {json.dumps(hardware())}.  \n"
+        f"Total step time: {sum(w for w, _ in walls) / 60:.1f} min over {len(walls)} steps "
+        f"(steps ran {cfg.jobs} at a time, one torch thread each).\n",
+        "## 1. Teachers\n", teachers_table(cfg, res),
+        "## 2. Distilled training sets (analysis of the training targets)\n", decoding_table(cfg, res),
+        "![complexity vs faithfulness](analysis/complexity_vs_faithfulness.png)\n",
+        "## 3. NAT students (test BLEU, sacrebleu on detokenized output; checkpoint chosen on valid loss)\n",
+        students_table(cfg, res), f"![students vs teacher capacity]({paths['capacity_figure'].name})\n",
+        "## 4. Born-Again rounds\n", born_again_table(cfg, res),
+        "![born-again](born_again.png)\n" if cfg.born_again_rounds else "",
+        "## 5. Multi-modality (untagged en -> de/fr/cs)\n", modes_table(res),
+        "![mode mix](modes/mode_mix.png)\n" if cfg.modes else "",
+        "## Step wall times\n",
+        _table(["step", "wall (s)"], [[n, f"{w:.0f}"] for w, n in walls]),
+    ]
+    paths["markdown"] = out / "results.md"
+    atomic.write_text(paths["markdown"], "\n".join(sections))
+    paths["json"] = out / "results.json"
+    atomic.write_json(paths["json"], {"profile": cfg.name, "command": command, "hardware": hardware(),
+                                      "steps": records})
+    if cfg.source and Path(cfg.source).resolve() != (out / "config.toml").resolve():
+        shutil.copyfile(cfg.source, out / "config.toml")
+    return paths

@@ -1,0 +1,162 @@
+"""A small make: steps with dependencies, each skipped when its inputs have not changed since it finished.
+
+A step's fingerprint hashes its kind, its settings and the fingerprints and output digests of the steps it
+depends on, so a changed setting redoes that step and everything downstream, and nothing else. A finished
+step leaves ``steps/NAME.json`` (fingerprint, result, wall time); its working folder ``work/NAME`` is wiped
+when the fingerprint changes, and kept otherwise, so a killed fairseq-train resumes from its last checkpoint.
+Independent steps run side by side (``jobs`` at a time), each with one torch thread: on a small CPU machine
+two single-threaded jobs get more done than one job with two threads.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from nat_kd import atomic
+
+logger = logging.getLogger("nat_kd.study")
+# Bump when a change to the steps' code makes old results invalid.
+STEP_VERSION = 1
+
+
+class StepError(RuntimeError):
+    """A step failed; the message names the step and its log."""
+
+
+@dataclass
+class Step:
+    name: str
+    kind: str
+    settings: dict
+    run: Callable[["StepContext"], dict]  # returns the step's result (JSON-able), incl. "outputs": [paths]
+    deps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StepContext:
+    step: Step
+    work: Path  # the step's own folder
+    log: Path  # its log file (fairseq's output goes here)
+    results: dict  # name -> result of every finished step (its dependencies included)
+    threads: int
+
+
+def digest_files(paths) -> str:
+    """sha256 over the content of the given files (a step's outputs, as its dependants see them)."""
+    digest = hashlib.sha256()
+    for path in sorted(str(p) for p in paths):
+        digest.update(path.encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+class Runner:
+    def __init__(self, root: Path, jobs: int = 1, threads: int = 1):
+        self.root, self.jobs, self.threads = Path(root), max(1, jobs), threads
+        self.records_dir, self.work_dir, self.log_dir = self.root / "steps", self.root / "work", self.root / "logs"
+        for folder in (self.records_dir, self.work_dir, self.log_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.ran: list[str] = []  # steps run this time (the others were up to date)
+        self.skipped: list[str] = []
+
+    def _record(self, name: str) -> dict | None:
+        path = self.records_dir / f"{name}.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+    def fingerprint(self, step: Step, records: dict) -> str:
+        upstream = [(d, records[d]["fingerprint"], records[d]["digest"]) for d in sorted(step.deps)]
+        key = json.dumps({"version": STEP_VERSION, "kind": step.kind, "settings": step.settings,
+                          "upstream": upstream}, sort_keys=True, default=str)
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    def _up_to_date(self, record: dict | None, fingerprint: str) -> bool:
+        return (record is not None and record.get("fingerprint") == fingerprint
+                and all(Path(p).exists() for p in record["result"].get("outputs", []))
+                and digest_files(record["result"].get("outputs", [])) == record["digest"])
+
+    def _execute(self, step: Step, fingerprint: str, records: dict) -> dict:
+        work = self.work_dir / step.name
+        marker = work / ".fingerprint"
+        if work.exists() and (not marker.is_file() or marker.read_text() != fingerprint):
+            shutil.rmtree(work)  # made with other inputs: a resumed fairseq-train would continue the wrong run
+        work.mkdir(parents=True, exist_ok=True)
+        marker.write_text(fingerprint)
+        log = self.log_dir / f"{step.name}.log"
+        started = time.perf_counter()
+        context = StepContext(step, work, log, {n: r["result"] for n, r in records.items()}, self.threads)
+        try:
+            result = step.run(context)
+        except Exception as err:
+            raise StepError(f"step {step.name} failed: {type(err).__name__}: {err}\n  log: {log}") from err
+        wall = time.perf_counter() - started
+        record = {"name": step.name, "kind": step.kind, "settings": step.settings, "deps": step.deps,
+                  "fingerprint": fingerprint, "digest": digest_files(result.get("outputs", [])),
+                  "wall_seconds": round(wall, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "result": result}
+        atomic.write_json(self.records_dir / f"{step.name}.json", record)
+        return record
+
+    def run(self, steps: list[Step]) -> dict[str, dict]:
+        """Run every step whose inputs changed, dependencies first; returns name -> record."""
+        by_name = {s.name: s for s in steps}
+        for s in steps:
+            missing = [d for d in s.deps if d not in by_name]
+            if missing:
+                raise ValueError(f"step {s.name} depends on unknown step(s) {missing}")
+        records: dict[str, dict] = {}
+        pending, running, failure = dict(by_name), {}, None
+        with ThreadPoolExecutor(self.jobs) as pool:
+            while True:
+                launched = True
+                while launched and not failure:  # skip what is up to date, start what is ready
+                    launched = False
+                    for step in [s for s in pending.values() if all(d in records for d in s.deps)]:
+                        fingerprint = self.fingerprint(step, records)
+                        record = self._record(step.name)
+                        if self._up_to_date(record, fingerprint):
+                            records[step.name] = record
+                            self.skipped.append(step.name)
+                        elif len(running) < self.jobs:
+                            logger.info("start %s", step.name)
+                            running[pool.submit(self._execute, step, fingerprint, dict(records))] = step
+                        else:
+                            continue
+                        del pending[step.name]
+                        launched = True
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    step = running.pop(future)
+                    try:
+                        records[step.name] = future.result()
+                    except StepError as err:
+                        failure = failure or err  # let the running steps finish; start nothing new
+                        continue
+                    self.ran.append(step.name)
+                    logger.info("done %s (%.0f s)", step.name, records[step.name]["wall_seconds"])
+        if failure:
+            raise failure
+        if pending:
+            raise ValueError(f"steps {sorted(pending)} wait on each other (a dependency cycle)")
+        return records
+
+    def status(self, steps: list[Step]) -> list[str]:
+        """One line a step: done (up to date) or to run, in plan order; runs nothing."""
+        records, lines = {}, []
+        for step in steps:
+            record = self._record(step.name)
+            done = (all(d in records for d in step.deps)
+                    and self._up_to_date(record, self.fingerprint(step, records)))
+            if done:
+                records[step.name] = record
+            lines.append(f"{'done  ' if done else 'to run'}  {step.name}")
+        return lines

@@ -1,0 +1,219 @@
+"""The study driver: config checks, the step runner's skip/redo/resume rules, and the micro profile end to end."""
+import json
+from pathlib import Path
+
+import pytest
+
+from nat_kd.study import config as study_config
+from nat_kd.study.config import ConfigError
+from nat_kd.study.plan import build_plan
+from nat_kd.study.steps import Runner, Step, StepError
+
+# ------------------------------------------------------------------ config
+
+
+@pytest.mark.parametrize("profile", ["micro", "cpu", "paper"])
+def test_bundled_profiles_load_and_plan_every_experiment(profile, tmp_path):
+    cfg = study_config.load(profile)
+    names = [s.name for s in build_plan(cfg, tmp_path)]
+    assert len(names) == len(set(names))
+    assert {"prepare", "analysis", "modes.analysis"} <= set(names)
+    assert {f"teacher.{t.name}" for t in cfg.teachers} <= set(names)
+    expected_students = {f"student.{f}.{d}" for f in cfg.student_families
+                         for d in ["real"] + [s.name for s in cfg.distilled]}
+    assert expected_students <= set(names)
+    assert f"born_again.{cfg.born_again_rounds}.student" in names
+
+
+def test_cpu_profile_is_the_study_design():
+    cfg = study_config.load("cpu")
+    assert len(cfg.teachers) == 4
+    beam_teachers = {d.teacher for d in cfg.distilled if d.strategy == "beam"}
+    assert beam_teachers == {t.name for t in cfg.teachers}
+    middle = {d.strategy for d in cfg.distilled if d.teacher == "t3"}
+    assert middle == {"beam", "greedy", "topk", "sampling", "seq-inter"}
+    assert cfg.decoding["top_k"] == 10
+    assert {"nat", "cmlm"} <= set(cfg.student_families)
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "study.toml"
+    path.write_text(text)
+    return path
+
+
+MINIMAL = """
+[[teachers.models]]
+name = "a"
+embed_dim = 8
+ffn_dim = 8
+layers = 1
+heads = 1
+[teachers.training]
+updates = 1
+[students.model]
+embed_dim = 8
+ffn_dim = 8
+layers = 1
+heads = 1
+[students.training]
+updates = 1
+"""
+
+
+def test_minimal_config_gets_defaults(tmp_path):
+    cfg = study_config.load(_write(tmp_path, MINIMAL))
+    assert cfg.name == "study" and cfg.src == "en" and cfg.tgt == "de"
+    assert [d.name for d in cfg.distilled] == ["a.beam", "a.greedy", "a.topk", "a.sampling", "a.seq-inter"]
+    assert cfg.modes is None and cfg.born_again_rounds == 0
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("[study]\nvocab_sise = 10\n", "unknown key(s) vocab_sise"),
+    ("[distill]\nmethods = ['beam', 'nucleus']\n", "unknown strategy 'nucleus'"),
+    ("[distill]\nmethods_teacher = 'zz'\n", "teacher 'zz' is not one of"),
+    ("[distill]\ntop_kk = 3\n", "unknown key(s) top_kk"),
+    ("[students]\nfamilies = ['nat', 'gpt']\n", "unknown 'gpt'"),
+    ("[evaluation]\nsplits = ['valid']\n", "must include 'test'"),
+    ("[study]\njobs = 'two'\n", "expected int"),
+])
+def test_config_errors_name_the_file_and_the_key(tmp_path, extra, message):
+    path = _write(tmp_path, MINIMAL + extra)
+    with pytest.raises(ConfigError) as err:
+        study_config.load(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_toml_syntax_error_names_the_line(tmp_path):
+    path = _write(tmp_path, MINIMAL + "[study\n")
+    with pytest.raises(ConfigError, match=rf"{path}.*line \d+"):
+        study_config.load(path)
+
+
+def test_unknown_profile_lists_the_bundled_ones():
+    with pytest.raises(ConfigError, match="cpu, micro, paper"):
+        study_config.load("nonesuch")
+
+
+# ------------------------------------------------------------------ runner
+
+
+def _step(name, value, calls, deps=(), fail=False):
+    """A step writing ``value`` (plus its dependencies' values) to work/out.txt and logging its calls."""
+
+    def run(ctx):
+        calls.append(name)
+        if fail:
+            raise RuntimeError("boom")
+        text = value + "".join(ctx.results[d]["text"] for d in deps)
+        (ctx.work / "out.txt").write_text(text)
+        return {"text": text, "outputs": [str(ctx.work / "out.txt")]}
+
+    return Step(name, "test", {"value": value}, run, list(deps))
+
+
+def test_runner_skips_done_steps_and_redoes_only_what_changed(tmp_path):
+    calls = []
+    plan = lambda a, b, c: [_step("a", a, calls), _step("b", b, calls, ["a"]), _step("c", c, calls)]  # noqa: E731
+    records = Runner(tmp_path, jobs=2).run(plan("1", "2", "3"))
+    assert sorted(calls) == ["a", "b", "c"] and records["b"]["result"]["text"] == "21"
+    calls.clear()
+    runner = Runner(tmp_path, jobs=2)
+    runner.run(plan("1", "2", "3"))
+    assert calls == [] and sorted(runner.skipped) == ["a", "b", "c"]
+    # a changed setting redoes that step and what depends on it, nothing else
+    records = Runner(tmp_path, jobs=2).run(plan("X", "2", "3"))
+    assert sorted(calls) == ["a", "b"] and records["b"]["result"]["text"] == "2X"
+
+
+def test_runner_redoes_a_step_whose_output_was_changed_or_deleted(tmp_path):
+    calls = []
+    plan = [_step("a", "1", calls), _step("b", "2", calls, ["a"])]
+    Runner(tmp_path).run(plan)
+    (tmp_path / "work" / "a" / "out.txt").write_text("tampered")
+    calls.clear()
+    Runner(tmp_path).run(plan)
+    assert calls == ["a"]  # same content again, so b's inputs did not change
+    (tmp_path / "work" / "b" / "out.txt").unlink()
+    calls.clear()
+    Runner(tmp_path).run(plan)
+    assert calls == ["b"]
+
+
+def test_runner_failure_keeps_finished_steps_and_resumes(tmp_path):
+    calls = []
+    with pytest.raises(StepError, match=r"step bad failed: RuntimeError: boom[\s\S]*logs/bad.log"):
+        Runner(tmp_path, jobs=1).run([_step("ok", "1", calls), _step("bad", "2", calls, fail=True),
+                                      _step("after", "3", calls, ["bad"])])
+    assert "after" not in calls
+    assert json.loads((tmp_path / "steps" / "ok.json").read_text())["result"]["text"] == "1"
+    assert not (tmp_path / "steps" / "bad.json").exists()
+    calls.clear()
+    Runner(tmp_path, jobs=1).run([_step("ok", "1", calls), _step("bad", "2", calls), _step("after", "3", calls, ["bad"])])
+    assert calls == ["bad", "after"]
+
+
+def test_runner_wipes_a_work_folder_left_by_other_inputs(tmp_path):
+    calls = []
+    Runner(tmp_path).run([_step("a", "1", calls)])
+    (tmp_path / "work" / "a" / "checkpoint_last.pt").write_text("from the old settings")
+    Runner(tmp_path).run([_step("a", "2", calls)])
+    assert not (tmp_path / "work" / "a" / "checkpoint_last.pt").exists()
+    # ... but keeps it when the same step is resumed (a killed fairseq-train continues from it)
+    (tmp_path / "steps" / "a.json").unlink()
+    (tmp_path / "work" / "a" / "checkpoint_last.pt").write_text("same settings")
+    Runner(tmp_path).run([_step("a", "2", calls)])
+    assert (tmp_path / "work" / "a" / "checkpoint_last.pt").exists()
+
+
+def test_runner_runs_independent_steps_side_by_side(tmp_path):
+    import threading
+
+    barrier = threading.Barrier(2, timeout=20)
+
+    def meet(ctx):
+        barrier.wait()  # both must be running at once, or this times out
+        return {"outputs": []}
+
+    Runner(tmp_path, jobs=2).run([Step("x", "t", {}, meet), Step("y", "t", {}, meet)])
+
+
+# ------------------------------------------------------------------ micro profile, end to end
+
+
+def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
+    from nat_kd.study.__main__ import main
+
+    out = tmp_path / "study"
+    assert main(["micro", "--out", str(out)]) == 0
+    results = out / "results"
+    for figure in ["students_vs_teacher_capacity.png", "born_again.png", "analysis/complexity_vs_faithfulness.png",
+                   "modes/mode_mix.png"]:
+        assert (results / figure).stat().st_size > 10_000, figure  # a real PNG, not an empty file
+    text = (results / "results.md").read_text()
+    for title in ["## 1. Teachers", "## 2. Distilled", "## 3. NAT students", "## 4. Born-Again", "## 5. Multi-modality"]:
+        assert title in text
+    cfg = study_config.load("micro")
+    data = json.loads((results / "results.json").read_text())
+    steps = data["steps"]
+    assert set(steps) == {s.name for s in build_plan(cfg, results)}
+    # every table cell that a step fills is filled: students x data, teachers, born-again
+    for name in ["real", "t1.beam", "t2.beam", "t2.sampling"]:
+        assert f"| {name} | {steps[f'student.nat.{name}']['result']['test_bleu']:.2f} |" in text
+    for t in cfg.teachers:
+        assert steps[f"teacher.{t.name}"]["result"]["parameters"] > 0
+    analysis = {row["name"]: row for row in steps["analysis"]["result"]["rows"]}
+    assert set(analysis) == {"real", "t1.beam", "t2.beam", "t2.sampling"}
+    assert analysis["real"]["faithfulness"] == pytest.approx(0.0, abs=1e-9)  # the real data against itself
+    modes = {row["name"]: row for row in steps["modes.analysis"]["result"]["rows"]}
+    assert modes["real training targets"]["argmax_share"] == pytest.approx({"de": 1 / 3, "fr": 1 / 3, "cs": 1 / 3})
+    # each distilled set is line-aligned with the training data it replaces
+    train = (Path(steps["prepare"]["result"]["dir"]) / "raw" / "train.de").read_text().count("\n")
+    for name in ["t1.beam", "t2.beam", "t2.sampling"]:
+        assert (Path(steps[f"distil.{name}"]["result"]["dir"]) / "train.de").read_text().count("\n") == train == 120
+    (results / "results.md").unlink()
+    capsys.readouterr()
+    # resumption: a second run finds every step done, runs none, and rewrites the results
+    assert main(["micro", "--out", str(out)]) == 0
+    assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
+    assert (results / "results.md").read_text() == text
