@@ -59,11 +59,12 @@ def compute_teacher_topk(data_bin, teacher_path: str, out_dir, k: int = 8, split
     from fairseq import tasks, utils
     from omegaconf import open_dict
 
-    from fairseq_plugins.criterions.teachers import check_same_dictionary, load_teachers, teacher_log_probs
+    from fairseq_plugins.criterions.teachers import teacher_log_probs
+    from fairseq_plugins.teachers import check_same_dictionary, load_teachers
 
     if dtype not in ("float16", "float32"):
         raise TopKError(f"--dtype {dtype}: choose float16 or float32")
-    teachers, teacher_task = load_teachers(teacher_path, teacher_data)
+    teachers, teacher_task, _, _ = load_teachers(teacher_path, teacher_data)
     use_cuda = torch.cuda.is_available()
     if use_cuda:
         teachers = tuple(t.cuda() for t in teachers)
@@ -186,7 +187,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(name)s | %(message)s")
     import fairseq_plugins  # noqa: F401  (safe checkpoint loading, architectures)
-    from fairseq_plugins.criterions.teachers import TeacherError
+    from fairseq_plugins.teachers import TeacherError
 
     try:
         out = compute_teacher_topk(args.data_bin, args.teacher_path, args.out, args.k,

@@ -9,7 +9,7 @@ import fairseq_plugins  # noqa: F401  (registers architectures and criteria, saf
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.data import Dictionary
 from fairseq_plugins.criterions.nat_word_kd import at_inputs_from_nat_sample
-from fairseq_plugins.criterions.teachers import TeacherError, check_same_dictionary, load_teachers
+from fairseq_plugins.teachers import TeacherError, check_same_dictionary, load_teachers
 from fairseq_plugins.criterions.word_kd import WordKDConfig, WordKDCriterion, soft_kl, word_kd_loss
 from nat_kd.teacher_topk import TopKError, compute_teacher_topk
 
@@ -144,7 +144,7 @@ def random_student(task, checkpoint):
 
 def test_alpha_one_equals_fairseqs_label_smoothed_cross_entropy(tiny_en_de, micro_teacher):
     task, sample = translation_task_and_batch(tiny_en_de / "bin")
-    (student,), _ = load_teachers(str(micro_teacher))  # any model will do; a fresh copy of the teacher here
+    (student,), *_ = load_teachers(str(micro_teacher))  # any model will do; a fresh copy of the teacher here
     ours, _, log = kd_criterion(task, teacher_path=str(micro_teacher), kd_alpha=1.0, kd_temperature=2.0)(student, sample)
     fairseqs, _, _ = LabelSmoothedCrossEntropyCriterion(task, False, 0.1)(student, sample)
     assert ours.item() == pytest.approx(fairseqs.item(), rel=1e-6)

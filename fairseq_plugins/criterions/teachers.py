@@ -1,82 +1,16 @@
-"""Frozen teachers for word-level KD: loading (with clear errors), dictionary checks, teacher forcing.
+"""Teachers in word-level KD: checked against the student, placed on its device, run with teacher forcing.
 
-The teachers are kept OUT of the criterion's module tree (a plain tuple, not a submodule), so that
-``criterion.state_dict()``/``parameters()`` stay empty: fairseq then neither saves them in the student's
-checkpoints nor hands them to the optimizer. Checkpoints are read only through fairseq's own loaders, after
-``fairseq_plugins`` has been imported (see checkpoint_safety).
+The teachers (loaded by fairseq_plugins.teachers) are kept OUT of the criterion's module tree (a plain tuple,
+not a submodule), so that ``criterion.state_dict()``/``parameters()`` stay empty: fairseq then neither saves
+them in the student's checkpoints nor hands them to the optimizer.
 """
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import torch
-from omegaconf import open_dict
 
-import fairseq_plugins.checkpoint_safety  # noqa: F401  (allow-lists fairseq's checkpoint contents)
-
-
-class TeacherError(ValueError):
-    """A teacher that cannot be used with this student: the message names the file and the fix."""
-
-
-def split_paths(paths: str) -> list[str]:
-    """``a.pt:b.pt`` -> ['a.pt', 'b.pt'] (fairseq's convention for ensembles)."""
-    return [p for p in (paths or "").split(":") if p]
-
-
-def check_same_dictionary(kind: str, teacher_dict, student_dict, teacher_file, student_where) -> None:
-    """Word-level KD compares distributions index by index, so both sides must use the very same dictionary."""
-    if teacher_dict.symbols == student_dict.symbols:
-        return
-    first = next((i for i, (a, b) in enumerate(zip(teacher_dict.symbols, student_dict.symbols)) if a != b),
-                 min(len(teacher_dict), len(student_dict)))
-    teacher_sym = teacher_dict.symbols[first] if first < len(teacher_dict) else "<none>"
-    student_sym = student_dict.symbols[first] if first < len(student_dict) else "<none>"
-    raise TeacherError(
-        f"the {kind} dictionary of teacher {teacher_file} ({len(teacher_dict)} entries) differs from the "
-        f"student's ({student_where}, {len(student_dict)} entries): first difference at index {first} "
-        f"({teacher_sym!r} vs {student_sym!r}). Binarize the student's data with the teacher's dictionaries "
-        "(fairseq-preprocess --srcdict/--tgtdict TEACHER_DATA/dict.*.txt), or use a teacher trained on them."
-    )
-
-
-def load_teachers(paths: str, teacher_data: str | None = None):
-    """Load the teacher checkpoint(s) frozen and in eval mode; returns (models, task of the first teacher).
-
-    ``teacher_data``: folder with the teachers' dict.*.txt; default: the data folder recorded in each checkpoint.
-    """
-    from fairseq import checkpoint_utils
-
-    files = split_paths(paths)
-    if not files:
-        raise TeacherError("no teacher given: pass --teacher-path CHECKPOINT[:CHECKPOINT...] "
-                           "(or --teacher-topk-path for offline mode)")
-    models, first_task = [], None
-    for file in files:
-        if not Path(file).is_file():
-            raise TeacherError(f"teacher checkpoint {file} does not exist: check --teacher-path "
-                               "(train the teacher first, e.g. scripts/main.sh writes "
-                               "runs/multi30k.SRC-TGT/teacher_tiny/checkpoint_best.pt)")
-        state = checkpoint_utils.load_checkpoint_to_cpu(file)
-        cfg = state["cfg"]
-        data = teacher_data or cfg.task.data
-        if not Path(str(data).split(":")[0]).is_dir():
-            raise TeacherError(f"teacher {file} was trained on data folder {data}, which does not exist here: "
-                               "pass --teacher-data DIR with the teacher's dict.SRC.txt and dict.TGT.txt")
-        with open_dict(cfg):
-            cfg.task.data = str(data)
-        (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([file], state=state)
-        if getattr(model.decoder, "adaptive_softmax", None) is not None:
-            raise TeacherError(f"teacher {file} uses an adaptive softmax, which word-level KD does not support")
-        model.eval()
-        model.requires_grad_(False)
-        if first_task is None:
-            first_task = task
-        else:
-            check_same_dictionary("target", task.target_dictionary, first_task.target_dictionary, file, files[0])
-        models.append(model)
-    return tuple(models), first_task
+from fairseq_plugins.teachers import check_same_dictionary
 
 
 def check_teacher_matches_student(teacher_task, student_task, teacher_paths: str) -> None:

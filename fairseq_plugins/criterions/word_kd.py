@@ -28,7 +28,9 @@ from fairseq.logging import metrics
 
 from nat_kd.teacher_topk import TeacherTopK
 
-from .teachers import TeacherError, check_teacher_matches_student, load_teachers, move_teachers, teacher_log_probs
+from fairseq_plugins.teachers import TeacherError, load_teachers
+
+from .teachers import check_teacher_matches_student, move_teachers, teacher_log_probs
 
 
 @dataclass
@@ -103,8 +105,13 @@ class TeacherSource:
             self.topk.check_dictionary(task.target_dictionary)
         self.teachers = ()
         if cfg.teacher_path:
-            self.teachers, teacher_task = load_teachers(cfg.teacher_path, cfg.teacher_data)
-            check_teacher_matches_student(teacher_task, task, cfg.teacher_path)
+            loaded = load_teachers(cfg.teacher_path, cfg.teacher_data)
+            for model, file in zip(loaded.models, cfg.teacher_path.split(":")):
+                if getattr(model.decoder, "adaptive_softmax", None) is not None:
+                    raise TeacherError(f"teacher {file} uses an adaptive softmax, which word-level KD does not "
+                                       "support (it needs the full distribution)")
+            check_teacher_matches_student(loaded.task, task, cfg.teacher_path)
+            self.teachers = loaded.models
         self._placed = None
 
     def distributions(self, sample_ids, src_tokens, src_lengths, prev_output_tokens, target, pad: int,
