@@ -217,3 +217,27 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     assert main(["micro", "--out", str(out)]) == 0
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
     assert (results / "results.md").read_text() == text
+
+
+def test_prepare_steps_fingerprint_the_raw_corpus_not_its_location(tmp_path):
+    import shutil
+
+    from nat_kd.corpus import data_dir
+
+    cfg = study_config.load("micro")
+    copies = []
+    for name in ("a", "b"):
+        copy = tmp_path / name
+        copy.mkdir()
+        for file in data_dir().iterdir():
+            if file.name.split(".")[1] in ("en", "de", "fr", "cs"):
+                shutil.copyfile(file, copy / file.name)
+        copies.append(copy)
+    settings = lambda raw: {s.name: s.settings for s in build_plan(cfg, tmp_path / "r", str(raw))}  # noqa: E731
+    first = settings(copies[0])
+    assert first == settings(copies[1])  # same content elsewhere: nothing to redo
+    test_file = next(copies[1].glob("test_2016_flickr.de*"))
+    test_file.write_bytes(test_file.read_bytes()[:-200])  # an edited reference file
+    changed = settings(copies[1])
+    assert changed["prepare"]["corpus"] != first["prepare"]["corpus"]
+    assert changed["teacher.t1"] == first["teacher.t1"]  # redone through its dependency, not its settings

@@ -30,7 +30,7 @@ def count_parameters(arch: str, shape: ModelShape, vocab_size: int) -> int:
 # ---------------------------------------------------------------- step functions
 
 def prepare_step(ctx: StepContext, *, src: str, tgt: str, vocab_size: int, train_limit: int | None,
-                 data_dir: str | None) -> dict:
+                 data_dir: str | None, corpus: str) -> dict:
     from nat_kd.prepare import PrepareConfig, prepare
 
     out = prepare(PrepareConfig(src, tgt, vocab_size=vocab_size, train_limit=train_limit), raw_dir=data_dir,
@@ -132,15 +132,25 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
     steps: list[Step] = []
     evaluation = dict(cfg.evaluation)
 
-    def add(step_name, kind, fn, deps=(), **settings):
-        steps.append(Step(step_name, kind, settings, partial(fn, **settings), list(deps)))
+    def add(step_name, kind, fn, deps=(), where: dict | None = None, **settings):
+        """``settings`` make the step's fingerprint; ``where`` (folders) only tells it where to read or
+        write, so moving the corpus or the study folder redoes nothing."""
+        steps.append(Step(step_name, kind, settings, partial(fn, **settings, **(where or {})), list(deps)))
+
+    def add_prepare(step_name, tgt, vocab_size, train_limit):
+        from nat_kd.corpus import data_dir as raw_dir
+        from nat_kd.prepare import PrepareConfig, fingerprint
+
+        # the raw files' content is an input: a changed corpus file redoes the step and all that follows
+        corpus = fingerprint(raw_dir(data_dir), PrepareConfig(cfg.src, tgt, vocab_size, train_limit=train_limit))[0]
+        add(step_name, "prepare", prepare_step, where={"data_dir": data_dir}, src=cfg.src, tgt=tgt,
+            vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
 
     def train(name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=cfg.tgt):
         add(name, "train", train_step, [prepare] + ([data] if data else []), prepare=prepare, data=data, arch=arch,
             shape=asdict(shape), training=asdict(training), nat_family=nat_family, evaluation=evaluation, tgt=tgt)
 
-    add("prepare", "prepare", prepare_step, src=cfg.src, tgt=cfg.tgt, vocab_size=cfg.vocab_size,
-        train_limit=cfg.train_limit, data_dir=data_dir)
+    add_prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit)
 
     # 1. teachers of increasing capacity
     for teacher in cfg.teachers:
@@ -152,8 +162,8 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
             teacher=f"teacher.{d.teacher}", strategy=d.strategy, decoding=cfg.decoding,
             max_tokens=cfg.distill_max_tokens, name=d.name, tgt=cfg.tgt)
     set_steps = [f"distil.{d.name}" for d in cfg.distilled]
-    add("analysis", "analysis", analysis_step, ["prepare", *set_steps], prepare="prepare", sets=set_steps,
-        src=cfg.src, tgt=cfg.tgt, out=str(results_dir / "analysis"))
+    add("analysis", "analysis", analysis_step, ["prepare", *set_steps], where={"out": str(results_dir / "analysis")},
+        prepare="prepare", sets=set_steps, src=cfg.src, tgt=cfg.tgt)
     # 3. NAT students on the real data and on every distilled set
     for family in cfg.student_families:
         for data in [None, *set_steps]:
@@ -174,8 +184,7 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
     # 5. multi-modality: untagged en -> {de, fr, cs}
     if cfg.modes:
         m = cfg.modes
-        add("modes.prepare", "prepare", prepare_step, src=cfg.src, tgt="mix", vocab_size=m["vocab_size"],
-            train_limit=m["train_limit"], data_dir=data_dir)
+        add_prepare("modes.prepare", "mix", m["vocab_size"], m["train_limit"])
         mix = dict(prepare="modes.prepare", tgt="mix")
         train("modes.at", data=None, arch=TEACHER_ARCH, shape=m["at"], training=m["training"], **mix)
         train("modes.nat.real", data=None, arch=student_arch("nat"), shape=m["nat"], training=m["training"],
@@ -187,6 +196,6 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
               training=m["training"], nat_family="nat", **mix)
         systems = {"AT": "modes.at", "NAT (real data)": "modes.nat.real", "NAT (distilled data)": "modes.nat.distilled"}
         add("modes.analysis", "modes", modes_step, ["modes.prepare", "modes.distil", *systems.values()],
-            prepare="modes.prepare", systems=systems, distilled="modes.distil", src=cfg.src,
-            out=str(results_dir / "modes"))
+            where={"out": str(results_dir / "modes")}, prepare="modes.prepare", systems=systems,
+            distilled="modes.distil", src=cfg.src)
     return steps
