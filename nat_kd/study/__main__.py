@@ -32,6 +32,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads per step (default 1)")
     p.add_argument("--data-dir", help="raw Multi30k folder (default: $NAT_KD_DATA, else ../shared/data/multi30k)")
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
+    p.add_argument("--results-only", action="store_true",
+                   help="rewrite the results folder from the step records there are; run nothing")
     args = p.parse_args(argv)
     from .plan import build_plan  # imports fairseq
 
@@ -46,7 +48,7 @@ def main(argv=None) -> int:
             for line in runner.status(steps):
                 print(line)
             return 0
-        records = runner.run(steps)
+        records = runner.records(steps) if args.results_only else runner.run(steps)
     except (ConfigError, CorpusError, StepError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

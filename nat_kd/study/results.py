@@ -81,7 +81,7 @@ def modes_table(res: dict) -> str:
     rows = [[r["name"], _fmt(r.get("test_bleu")), _fmt(r["mode_purity"], ".3f")]
             + [_fmt(r["mode_mix"][l], ".3f") for l in langs] + [_fmt(r["argmax_share"][l], ".3f") for l in langs]
             for r in m["rows"]]
-    return _table(["outputs", "test BLEU (mixed refs)", "purity"] + [f"p({l}|y)" for l in langs]
+    return _table(["outputs", "test BLEU (mixed refs)", "purity"] + [f"p({l} \\| y)" for l in langs]
                   + [f"argmax {l}" for l in langs], rows)
 
 

@@ -149,6 +149,10 @@ class Runner:
             raise ValueError(f"steps {sorted(pending)} wait on each other (a dependency cycle)")
         return records
 
+    def records(self, steps: list[Step]) -> dict[str, dict]:
+        """The finished steps' records as they are, whether or not their inputs changed since."""
+        return {s.name: r for s in steps if (r := self._record(s.name)) is not None}
+
     def status(self, steps: list[Step]) -> list[str]:
         """One line a step: done (up to date) or to run, in plan order; runs nothing."""
         records, lines = {}, []
