@@ -47,9 +47,13 @@ def plot_mode_mix(rows: list[dict], languages: list[str], path: str | os.PathLik
     names = [row["name"] for row in rows]
     bottom = [0.0] * len(rows)
     for lang in languages:
-        share = [row["mode_mix"][lang] for row in rows]
+        share = [0.0 if row["mode_mix"][lang] != row["mode_mix"][lang] else row["mode_mix"][lang] for row in rows]
         ax.bar(names, share, bottom=bottom, label=lang)
         bottom = [b + s for b, s in zip(bottom, share)]
+    for i, total in enumerate(bottom):
+        if total == 0:  # no output token known to any language: no posterior (NaN), say so instead of a gap
+            ax.text(i, 0.5, "no known\ntokens", ha="center", va="center", fontsize=8)
+    ax.tick_params(axis="x", labelrotation=20)
     ax.set_ylabel("mean p(language | output)")
     ax.set_ylim(0, 1)
     ax.legend(title="mode", fontsize=8)

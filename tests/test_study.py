@@ -217,6 +217,11 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     assert main(["micro", "--out", str(out)]) == 0
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
     assert (results / "results.md").read_text() == text
+    # --results-only re-renders the tables from the records without running or checking any step
+    (results / "results.md").unlink()
+    assert main(["micro", "--out", str(out), "--results-only"]) == 0
+    assert "ran 0 step(s), 0 already done" in capsys.readouterr().out
+    assert (results / "results.md").read_text().replace(" --results-only", "") == text
 
 
 def test_prepare_steps_fingerprint_the_raw_corpus_not_its_location(tmp_path):

@@ -97,11 +97,10 @@ def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, 
     return {"rows": report.rows, "signature": report.signature, "outputs": [str(paths["json"])]}
 
 
-def modes_step(ctx: StepContext, *, prepare: str, systems: dict, distilled: str, src: str, out: str) -> dict:
+def modes_step(ctx: StepContext, *, prepare: str, systems: dict, distilled: str, src: str) -> dict:
     """The multi-modality diagnostic: the language mix of each system's test outputs and of the real and the
     distilled training targets, under unigram models of each target language's real training text."""
     from nat_kd.metrics import Modes, UnigramModels
-    from nat_kd.plotting import plot_mode_mix
     from nat_kd.tokenizers import get_tokenizer
 
     prepared = Path(ctx.results[prepare]["dir"])
@@ -121,9 +120,7 @@ def modes_step(ctx: StepContext, *, prepare: str, systems: dict, distilled: str,
         rows.append({"name": label, "mode_purity": score.mean_purity, "mode_mix": score.mix,
                      "argmax_share": score.argmax_share, "unknown": score.unknown,
                      "test_bleu": ctx.results[systems[label]]["test_bleu"] if label in systems else None})
-    figure = Path(out) / "mode_mix.png"
-    plot_mode_mix(rows, list(texts), figure)
-    return {"rows": rows, "languages": list(texts), "signature": str(score.signature), "outputs": [str(figure)]}
+    return {"rows": rows, "languages": list(texts), "signature": str(score.signature), "outputs": []}
 
 
 # ---------------------------------------------------------------- the plan
@@ -196,6 +193,5 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
               training=m["training"], nat_family="nat", **mix)
         systems = {"AT": "modes.at", "NAT (real data)": "modes.nat.real", "NAT (distilled data)": "modes.nat.distilled"}
         add("modes.analysis", "modes", modes_step, ["modes.prepare", "modes.distil", *systems.values()],
-            where={"out": str(results_dir / "modes")}, prepare="modes.prepare", systems=systems,
-            distilled="modes.distil", src=cfg.src)
+            prepare="modes.prepare", systems=systems, distilled="modes.distil", src=cfg.src)
     return steps

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from nat_kd import __version__, atomic
-from nat_kd.plotting import plt, save_figure
+from nat_kd.plotting import plot_mode_mix, plt, save_figure
 
 from .config import StudyConfig
 
@@ -143,6 +143,9 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
     res = {name: rec["result"] for name, rec in records.items()}
     paths = {"capacity_figure": out / "students_vs_teacher_capacity.png"}
     capacity_figure(cfg, res, paths["capacity_figure"])
+    if res.get("modes.analysis"):
+        paths["modes_figure"] = out / "modes" / "mode_mix.png"
+        plot_mode_mix(res["modes.analysis"]["rows"], res["modes.analysis"]["languages"], paths["modes_figure"])
     if cfg.born_again_rounds:
         paths["born_again_figure"] = out / "born_again.png"
         born_again_figure(cfg, res, paths["born_again_figure"])
