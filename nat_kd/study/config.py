@@ -27,11 +27,8 @@ class ModelShape:
     dropout: float = 0.1
 
     def flags(self) -> list[str]:
-        out = []
-        for side in ("encoder", "decoder"):
-            out += [f"--{side}-embed-dim", self.embed_dim, f"--{side}-ffn-embed-dim", self.ffn_dim,
-                    f"--{side}-layers", self.layers, f"--{side}-attention-heads", self.heads]
-        return [str(x) for x in out + ["--dropout", self.dropout]]
+        """The same dimensions as fairseq-train options (--encoder-embed-dim 256 ...)."""
+        return [str(x) for key, value in self.overrides().items() for x in (f"--{key.replace('_', '-')}", value)]
 
     def overrides(self) -> dict:
         """The same dimensions as fairseq argument names (to build the model in-process, e.g. to count it)."""
