@@ -111,6 +111,8 @@ class TeacherSource:
                     raise TeacherError(f"teacher {file} uses an adaptive softmax, which word-level KD does not "
                                        "support (it needs the full distribution)")
             check_teacher_matches_student(loaded.task, task, cfg.teacher_path)
+            for model in loaded.models:
+                model.requires_grad_(False)  # nothing may ever update a teacher
             self.teachers = loaded.models
         self._placed = None
 
