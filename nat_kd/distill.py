@@ -150,6 +150,27 @@ class _Session:
         return ChunkDecoder(self.teacher, self.strategy, self.dataset, self.corpus.references, self.sp, self.device)
 
 
+def _reuse_freed_memory() -> None:
+    """Serve big tensors from the heap and keep freed memory for reuse (glibc only).
+
+    A beam step's scores are B*beam x V floats (about 40 MB at 3000 tokens, vocabulary 8k): above glibc's
+    largest mmap threshold, so every step maps fresh pages that the kernel must zero, and two decoding
+    processes then compete for memory bandwidth. With mmap off and no trimming, each step reuses the last
+    step's pages; a worker keeps its peak memory until it exits. Measured: about 5% less decoding CPU time.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not sys.platform.startswith("linux") or name is None:
+        return
+    libc = ctypes.CDLL(name)
+    if hasattr(libc, "mallopt"):
+        m_trim_threshold, m_mmap_max = -1, -4  # from glibc's malloc.h
+        libc.mallopt(m_mmap_max, 0)
+        libc.mallopt(m_trim_threshold, 2**31 - 1)
+
+
 # ---- worker processes (spawned: each loads its own teacher; nothing forked from a threaded parent) ----
 _WORKER = {}
 
@@ -158,6 +179,7 @@ def _worker_init(cfg: DistillConfig, threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    _reuse_freed_memory()
     logging.disable(logging.WARNING)  # fairseq's loading chatter, once per worker
     _WORKER["decoder"] = _Session(cfg).decoder()
 
@@ -181,6 +203,7 @@ def _decode_pending(session: _Session, store: ChunkStore, chunks, pending: list[
             import torch
 
             torch.set_num_threads(threads)
+            _reuse_freed_memory()
             decoder = session.decoder()
             for index, batches in jobs:
                 result = decoder.decode_chunk(batches)
