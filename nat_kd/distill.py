@@ -18,13 +18,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from . import __version__, atomic
 from .chunk_store import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
 from .decoding import DecodingSettings, build_strategy
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 # Bump when a change makes old partial progress unusable.
-PROGRESS_VERSION = 1
+PROGRESS_VERSION = 2  # 2: batches as fairseq-generate's (reference lengths too)
 
 
 @dataclass
@@ -109,21 +111,45 @@ class _Session:
         self.sp = load_sentencepiece(cfg.spm_model)
         self.corpus = load_corpus(teacher=self.teacher, sp=self.sp, split=cfg.split, source=cfg.source,
                                   data_dir=cfg.data_dir, reference=cfg.reference)
-        task = self.teacher.task
-        self.dataset = task.build_dataset_for_inference(self.corpus.source_tokens,
-                                                        [len(t) for t in self.corpus.source_tokens])
+        self.dataset = self._dataset()
         if device != "cpu":
             for model in self.teacher.models:
                 model.to(device)
 
+    def _dataset(self):
+        """The corpus as the LanguagePairDataset fairseq-generate builds for a binarized split (the translation
+        task's load_dataset): same padding, same target sizes, ties shuffled in every split but "test".
+
+        A sentence's hypothesis depends, in its last float bits, on the batch it is decoded in (padding
+        changes the order of the sums), so fairseq-generate's hypotheses are only reproduced exactly from
+        fairseq-generate's batches: length-sorted by source then reference, counted as max(source, reference)
+        tokens. Without references, batches follow the source alone."""
+        from fairseq.data import LanguagePairDataset
+
+        task, corpus = self.teacher.task, self.corpus
+
+        def setting(name, default):
+            try:
+                return getattr(task.cfg, name, default)
+            except Exception:  # an interpolation into the training config that does not resolve here
+                return default
+
+        return LanguagePairDataset(
+            corpus.source_tokens, np.array([len(t) for t in corpus.source_tokens]), task.source_dictionary,
+            tgt=None, tgt_sizes=corpus.reference_sizes, tgt_dict=task.target_dictionary,
+            left_pad_source=setting("left_pad_source", True), left_pad_target=setting("left_pad_target", False),
+            shuffle=self.cfg.split != "test", num_buckets=setting("num_batch_buckets", 0),
+            pad_to_multiple=setting("required_seq_len_multiple", 1))
+
     def batches(self) -> list[list[int]]:
-        """fairseq's own batching (length-sorted, by tokens), with every sentence kept: batch multiple 1,
-        and no size filter (over-long sources were truncated beforehand)."""
-        longest = max(range(len(self.corpus)), key=lambda i: len(self.corpus.source_tokens[i]))
-        size = len(self.corpus.source_tokens[longest])
-        if self.cfg.max_tokens is not None and size > self.cfg.max_tokens:
-            raise ValueError(f"--max-tokens {self.cfg.max_tokens} is smaller than the longest source (line "
-                             f"{longest + 1}: {size} tokens); raise --max-tokens to at least {size}")
+        """fairseq-generate's own batching (length-sorted, by tokens, its seed), with every sentence kept:
+        batch multiple 1, and no size filter (over-long sources were truncated beforehand)."""
+        sizes = self.dataset.num_tokens_vec(np.arange(len(self.corpus)))
+        longest = int(sizes.argmax())
+        if self.cfg.max_tokens is not None and sizes[longest] > self.cfg.max_tokens:
+            raise ValueError(f"--max-tokens {self.cfg.max_tokens} is smaller than the longest sentence (line "
+                             f"{longest + 1}: {sizes[longest]} tokens in the source or the reference); raise "
+                             f"--max-tokens to at least {sizes[longest]}")
         iterator = self.teacher.task.get_batch_iterator(
             dataset=self.dataset, max_tokens=self.cfg.max_tokens, max_sentences=self.cfg.max_sentences,
             max_positions=None, ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1,

@@ -24,6 +24,9 @@ class DistillCorpus:
     truncated_lines: list[int] = field(default_factory=list)  # 1-based
     empty_lines: list[int] = field(default_factory=list)  # 1-based
     source_description: dict = field(default_factory=dict)
+    # tokens of each reference in the teacher's target dictionary, EOS included (fairseq's target sizes):
+    # fairseq-generate batches by them too, so the batches, and with them the hypotheses, are its own
+    reference_sizes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.source_tokens)
@@ -36,6 +39,8 @@ class DistillCorpus:
         digest.update(torch.cat(self.source_tokens).numpy().astype(np.int64).tobytes() if len(sizes) else b"")
         for line in self.references or []:
             digest.update(line.encode("utf-8") + b"\n")
+        if self.reference_sizes is not None:
+            digest.update(self.reference_sizes.astype(np.int64).tobytes())
         return digest.hexdigest()
 
 
@@ -77,15 +82,36 @@ def token_strings(dictionary, tokens: list[torch.Tensor]) -> list[str]:
     return [" ".join(words[start:end]) for start, end in zip([0] + ends[:-1], ends)]
 
 
-def load_binarized(data_dir: Path, split: str, lang: str, pair: str, dictionary) -> list[torch.Tensor]:
+def _binarized(data_dir: Path, split: str, lang: str, pair: str, dictionary):
     from fairseq.data import data_utils
 
-    prefix = data_dir / f"{split}.{pair}.{lang}"
-    dataset = data_utils.load_indexed_dataset(str(prefix), dictionary)
+    return data_utils.load_indexed_dataset(str(data_dir / f"{split}.{pair}.{lang}"), dictionary)
+
+
+def load_binarized(data_dir: Path, split: str, lang: str, pair: str, dictionary) -> list[torch.Tensor]:
+    dataset = _binarized(data_dir, split, lang, pair, dictionary)
     if dataset is None:
+        prefix = data_dir / f"{split}.{pair}.{lang}"
         raise CorpusError(f"no binarized {split} data for {pair} in {data_dir} (looked for {prefix}.bin/.idx); "
                           "check --data and --split")
     return [dataset[i].long() for i in range(len(dataset))]
+
+
+def reference_sizes(*, teacher, sp, split: str, data_dir: str | None, references: list[str] | None,
+                    count: int) -> np.ndarray | None:
+    """Each reference's length in target tokens, EOS included, as fairseq-preprocess would store it: from the
+    binarized target side when there is one, else from the raw references through sentencepiece; None when
+    there are no references (batches then follow the source alone)."""
+    pair = f"{teacher.source_lang}-{teacher.target_lang}"
+    if data_dir:
+        dataset = _binarized(Path(data_dir), split, teacher.target_lang, pair, teacher.tgt_dict)
+        if dataset is not None:
+            _check_count("binarized target", Path(data_dir) / f"{split}.{pair}.{teacher.target_lang}",
+                         len(dataset), count, "the source")
+            return np.asarray(dataset.sizes, dtype=np.int64)
+    if references is None:
+        return None
+    return np.array([len(pieces) + 1 for pieces in sp.encode(references, out_type=str)], dtype=np.int64)
 
 
 def _check_count(what: str, path, count: int, expected: int, against: str) -> None:
@@ -133,4 +159,6 @@ def load_corpus(*, teacher, sp, split: str, source: str | None = None, data_dir:
         raise CorpusError(f"the source ({source or data_dir}) is empty: nothing to distil")
     empty = [i + 1 for i, t in enumerate(tokens) if len(t) <= 1]
     truncated = truncate(tokens, teacher.max_positions[0], eos)
-    return DistillCorpus(tokens, text, references, truncated, empty, description)
+    sizes = reference_sizes(teacher=teacher, sp=sp, split=split, data_dir=data_dir, references=references,
+                            count=len(tokens))
+    return DistillCorpus(tokens, text, references, truncated, empty, description, sizes)

@@ -1,6 +1,7 @@
 """nat_kd.generate_distilled end to end on a micro teacher: strategies, resume, shards, bad input."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+import torch
 
 from conftest import MICRO_MODEL, ROOT
 from nat_kd.chunk_store import ChunkStore, ProgressError, plan_chunks, shard_from_env
@@ -319,3 +321,49 @@ def test_output_projection_runs_as_one_matrix_product_per_step(teacher, tiny_en_
                       if name in ("aten::bmm", "aten::mm", "aten::addmm") and vocab in sum(shapes, [])]
     assert vocab_products, calls  # the projection was seen at all
     assert all(name != "aten::bmm" for name, _ in vocab_products), vocab_products
+
+
+def fairseq_generate_batches(task, split: str, max_tokens: int) -> list[list[int]]:
+    """The batches fairseq-generate decodes a binarized split in (fairseq_cli/generate.py's iterator)."""
+    task.load_dataset(split)
+    iterator = task.get_batch_iterator(
+        dataset=task.dataset(split), max_tokens=max_tokens, max_positions=None, ignore_invalid_inputs=False,
+        required_batch_size_multiple=1, seed=1, num_shards=1, shard_id=0, num_workers=0,
+        disable_iterator_cache=True)
+    return [list(map(int, batch)) for batch in iterator.frozen_batches]
+
+
+@pytest.mark.parametrize("split", ["valid", "test"])  # fairseq shuffles ties in every split but "test"
+def test_batches_are_fairseq_generates_from_binarized_or_raw_input(teacher, tiny_en_de, tmp_path, split):
+    """A hypothesis depends, in its last float bits, on the batch it is decoded in: only fairseq-generate's
+    own batches (sorted by source, then reference length; max of the two counted) reproduce its output."""
+    from nat_kd.distill import _Session
+
+    common = dict(teachers=[str(teacher)], spm_model=str(tiny_en_de / "spm.model"), split=split,
+                  dict_dir=str(tiny_en_de / "bin"), max_tokens=300, workers=1, threads=1, progress_bar=False)
+    binarized = _Session(DistillConfig(out_dir=str(tmp_path / "b"), data_dir=str(tiny_en_de / "bin"), **common))
+    raw = _Session(DistillConfig(out_dir=str(tmp_path / "r"), source=str(tiny_en_de / "raw" / f"{split}.en"),
+                                 reference=str(tiny_en_de / "raw" / f"{split}.de"), **common))
+    expected = fairseq_generate_batches(binarized.teacher.task, split, 300)
+    assert len(expected) > 20
+    assert binarized.batches() == expected
+    assert raw.batches() == expected
+
+
+def test_hypotheses_are_fairseq_generates(teacher, tiny_en_de, tmp_path):
+    """Beam search over the whole valid split: token for token what fairseq-generate prints, every line."""
+    from conftest import run_fairseq
+
+    log = run_fairseq("generate", tiny_en_de / "bin", "--user-dir", "fairseq_plugins", "--task", "translation",
+                      "--gen-subset", "valid", "--path", teacher, "--beam", "4", "--max-len-a", "0",
+                      "--max-len-b", "20", "--max-tokens", "300", "--required-batch-size-multiple", "1")
+    theirs = {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t[^\t]*\t(.*)$", log, re.M)}
+    out = distill(DistillConfig(teachers=[str(teacher)], out_dir=str(tmp_path / "o"), split="valid",
+                                spm_model=str(tiny_en_de / "spm.model"), data_dir=str(tiny_en_de / "bin"),
+                                decoding=DecodingSettings(strategy="beam", beam=4, max_len_b=20), max_tokens=300,
+                                workers=1, threads=1, progress_bar=False)).out_dir
+    ours = lines(out / "spm" / "valid.de")
+    assert len(ours) == len(theirs) == 1014
+    assert [i for i in range(len(ours)) if ours[i] != theirs[i]] == []
+
+
