@@ -123,39 +123,3 @@ def test_registry_and_settings_validation():
         build_strategy(DecodingSettings(strategy="topp", top_p=1.5))
     with pytest.raises(ValueError, match="metric"):
         build_strategy(DecodingSettings(strategy="seq-inter", seq_inter_metric="ter"))
-
-
-def test_row_top_k_beam_search_hand_values():
-    """One sentence, beam 2, vocabulary 4, step 1: cumulative scores by hand, best 4 of the 8."""
-    from nat_kd.decoding.beam_search import RowTopKBeamSearch
-
-    lprobs = torch.tensor([[[-1.0, -2.0, -0.5, -3.0],
-                            [-0.25, -4.0, -1.5, -2.5]]])
-    scores = torch.tensor([[[-1.0], [-2.0]]])  # the two hypotheses' scores after step 0
-    # cumulative: beam 0 -> -2, -3, -1.5, -4; beam 1 -> -2.25, -6, -3.5, -4.5
-    cand_scores, tokens, beams = RowTopKBeamSearch(Dictionary()).step(1, lprobs, scores)
-    assert cand_scores.tolist() == [[-1.5, -2.0, -2.25, -3.0]]
-    assert tokens.tolist() == [[2, 0, 0, 1]]
-    assert beams.tolist() == [[0, 0, 1, 0]]
-
-
-@pytest.mark.parametrize("bsz,beam,vocab", [(3, 5, 50), (2, 1, 7), (4, 4, 9)])
-def test_row_top_k_beam_search_equals_fairseqs(bsz, beam, vocab):
-    """Same candidates, scores and order as fairseq's BeamSearch, -inf entries (pad, forced eos) included."""
-    from fairseq.search import BeamSearch
-
-    from nat_kd.decoding.beam_search import RowTopKBeamSearch
-
-    generator = torch.Generator().manual_seed(0)
-    for step in range(4):
-        lprobs = torch.randn(bsz, beam, vocab, generator=generator).log_softmax(-1)
-        lprobs[:, :, 1] = -math.inf  # pad
-        if step == 3:  # past max_len fairseq leaves eos as the only finite token
-            lprobs[:, :, 3:] = -math.inf
-            lprobs[:, :, 0] = -math.inf
-        scores = torch.randn(bsz, beam, step + 1, generator=generator)
-        ours = RowTopKBeamSearch(Dictionary()).step(step, lprobs.clone(), scores)
-        theirs = BeamSearch(Dictionary()).step(step, lprobs.clone(), scores)
-        finite = theirs[0].isfinite()
-        assert torch.equal(ours[0], theirs[0])
-        assert torch.equal(ours[1][finite], theirs[1][finite]) and torch.equal(ours[2][finite], theirs[2][finite])

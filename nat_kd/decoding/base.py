@@ -1,10 +1,9 @@
 """What every decoding strategy is: a fairseq search, a beam size, and a rule to pick one of the n-best."""
 from __future__ import annotations
 
-from fairseq.search import Search
+from fairseq.search import BeamSearch, Search
 from fairseq.sequence_generator import SequenceGenerator
 
-from .beam_search import RowTopKBeamSearch
 from .settings import DecodingSettings
 
 
@@ -33,7 +32,7 @@ class DecodingStrategy:
         return 1.0
 
     def search(self, tgt_dict) -> Search:
-        return RowTopKBeamSearch(tgt_dict)
+        return BeamSearch(tgt_dict)
 
     def build_generator(self, models, tgt_dict) -> SequenceGenerator:
         """fairseq's SequenceGenerator with the same arguments fairseq-generate gives it."""
