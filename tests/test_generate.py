@@ -367,3 +367,52 @@ def test_hypotheses_are_fairseq_generates(teacher, tiny_en_de, tmp_path):
     assert [i for i in range(len(ours)) if ours[i] != theirs[i]] == []
 
 
+@pytest.mark.parametrize("strategy, extra", [("beam", {"beam": 4}), ("greedy", {}), ("topk", {"temperature": 0.7}),
+                                             ("ensemble", {"beam": 3})])
+def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, tmp_path, strategy, extra):
+    """Tokens, scores and positional scores of every n-best hypothesis equal those of fairseq's EnsembleModel."""
+    from fairseq.sequence_generator import EnsembleModel
+
+    from nat_kd.decoding.ensemble import LeanEnsembleModel
+    from nat_kd.distill import _Session
+
+    cfg = config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam" if strategy == "ensemble" else strategy,
+                 max_tokens=1100, max_sentences=8, **extra)
+    if strategy == "ensemble":
+        cfg.teachers = [str(teacher), str(teacher)]
+    session = _Session(cfg)
+    generator = session.decoder().generator
+    assert isinstance(generator.model, LeanEnsembleModel)
+    results = {}
+    for name, model in (("lean", generator.model), ("fairseq", EnsembleModel(list(session.teacher.models)))):
+        generator.model = model
+        results[name] = [session.teacher.task.inference_step(generator, session.teacher.models,
+                                                             session.dataset.collater([session.dataset[i] for i in b]))
+                         for b in session.batches()]
+    assert len(results["lean"]) > 3
+    for lean_batch, plain_batch in zip(results["lean"], results["fairseq"]):
+        for lean, plain in zip(lean_batch, plain_batch):
+            assert len(lean) == len(plain)
+            for a, b in zip(lean, plain):
+                assert torch.equal(a["tokens"], b["tokens"]) and torch.equal(a["score"], b["score"])
+                assert torch.equal(a["positional_scores"], b["positional_scores"])
+
+
+def test_lean_ensemble_skips_only_reorders_within_a_sentence(teacher, tiny_en_de, corpus, tmp_path):
+    from nat_kd.decoding.ensemble import LeanEnsembleModel
+    from nat_kd.distill import _Session
+
+    session = _Session(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam", beam=2))
+    model = LeanEnsembleModel(list(session.teacher.models))
+    model.set_decoder_beam_size(2)
+    sample = session.dataset.collater([session.dataset[i] for i in (0, 1)])
+    encoded = model.forward_encoder(sample["net_input"])  # 2 sentences
+    expanded = model.reorder_encoder_out(encoded, torch.tensor([0, 0, 1, 1]))  # rows 2 -> 4: copied
+    assert expanded is not encoded and expanded[0]["encoder_out"][0].size(1) == 4
+    swapped = model.reorder_encoder_out(expanded, torch.tensor([1, 0, 3, 2]))  # beams swap inside each sentence
+    assert swapped is expanded
+    crossed = model.reorder_encoder_out(swapped, torch.tensor([2, 1, 0, 3]))  # row 0 takes sentence 1's row
+    assert crossed is not swapped
+    assert torch.equal(crossed[0]["encoder_out"][0][:, 0], expanded[0]["encoder_out"][0][:, 2])
+    shrunk = model.reorder_encoder_out(crossed, torch.tensor([2, 3]))  # sentence 0 finished
+    assert shrunk is not crossed and shrunk[0]["encoder_out"][0].size(1) == 2

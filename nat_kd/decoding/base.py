@@ -4,6 +4,7 @@ from __future__ import annotations
 from fairseq.search import BeamSearch, Search
 from fairseq.sequence_generator import SequenceGenerator
 
+from .ensemble import LeanEnsembleModel
 from .settings import DecodingSettings
 
 
@@ -35,10 +36,11 @@ class DecodingStrategy:
         return BeamSearch(tgt_dict)
 
     def build_generator(self, models, tgt_dict) -> SequenceGenerator:
-        """fairseq's SequenceGenerator with the same arguments fairseq-generate gives it."""
+        """fairseq's SequenceGenerator with the same arguments fairseq-generate gives it (and the same
+        numbers: LeanEnsembleModel only skips copies the decode does not need)."""
         s = self.settings
         return SequenceGenerator(
-            models, tgt_dict, beam_size=self.beam_size, max_len_a=s.max_len_a, max_len_b=s.max_len_b,
+            LeanEnsembleModel(list(models)), tgt_dict, beam_size=self.beam_size, max_len_a=s.max_len_a, max_len_b=s.max_len_b,
             min_len=1, normalize_scores=True, len_penalty=s.lenpen, unk_penalty=0.0,
             temperature=self.temperature, match_source_len=False, no_repeat_ngram_size=0,
             search_strategy=self.search(tgt_dict),
