@@ -250,7 +250,8 @@ def _decode_pending(session: _Session, store: ChunkStore, chunks, pending: list[
 
 def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float) -> dict:
     from .distill_corpus import token_strings
-    from .distill_output import scores, write_output
+    from .distill_output import write_output
+    from .distill_scores import scores
 
     cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
     store.check_complete(len(chunks), num_shards)
@@ -258,17 +259,19 @@ def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing
     for stale in out_dir.parent.glob(f".{out_dir.name}.*.tmp"):  # left by a merge killed mid-write
         shutil.rmtree(stale, ignore_errors=True)
     pieces: list[str | None] = [None] * len(corpus)
-    decode_seconds = 0.0
+    target_text: list[str | None] = [None] * len(corpus)
+    statistics, decode_seconds = [], 0.0
     for index in range(len(chunks)):
         result = store.load(index)
         decode_seconds += result["seconds"]
-        for sentence_id, piece_line in zip(result["ids"], result["pieces"]):
-            pieces[sentence_id] = piece_line
+        if "statistics" in result:
+            statistics.append(result["statistics"])
+        for sentence_id, piece_line, text in zip(result["ids"], result["pieces"], result["text"]):
+            pieces[sentence_id], target_text[sentence_id] = piece_line, text
     lost = [i + 1 for i, p in enumerate(pieces) if p is None]
     if lost:
         raise ProgressError(f"{len(lost)} sentences have no output (lines {lost[:10]}...); delete {store.dir} "
                             "and rerun")
-    target_text = session.sp.decode([p.split() for p in pieces])
     source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
@@ -278,7 +281,7 @@ def _merge(session: _Session, store: ChunkStore, chunks, num_shards: int, timing
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
         "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
         "empty_outputs": sum(1 for p in pieces if not p),
-        "scores": scores(target_text, corpus.references),
+        "scores": scores(statistics, target_text, corpus.references),
         "batching": {"max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                      "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
                      "required_batch_size_multiple": 1, "num_shards": num_shards},

@@ -5,8 +5,6 @@ import logging
 import shutil
 from pathlib import Path
 
-import sacrebleu
-
 from . import atomic
 
 logger = logging.getLogger("nat_kd.generate_distilled")
@@ -61,21 +59,6 @@ def copy_other_splits(data_dir: Path | None, bin_dir: Path, split: str, src: str
             shutil.copyfile(file, bin_dir / file.name)
             copied.add(name)
     return sorted(copied)
-
-
-def scores(hypotheses: list[str], references: list[str] | None) -> dict:
-    """Corpus BLEU/chrF against the references and the length ratios (whitespace words)."""
-    if references is None:
-        return {}
-    bleu_metric, chrf_metric = sacrebleu.BLEU(), sacrebleu.CHRF()
-    bleu = bleu_metric.corpus_score(hypotheses, [references])
-    chrf = chrf_metric.corpus_score(hypotheses, [references])
-    ratios = [len(h.split()) / max(1, len(r.split())) for h, r in zip(hypotheses, references)]
-    return {"bleu": round(bleu.score, 4), "chrf": round(chrf.score, 4), "bleu_signature": str(bleu_metric.get_signature()),
-            "chrf_signature": str(chrf_metric.get_signature()),
-            # sacrebleu's sys_len / ref_len over the corpus, and the mean of per-sentence word-count ratios
-            "length_ratio_corpus": round(bleu.sys_len / max(1, bleu.ref_len), 4),
-            "mean_length_ratio": round(sum(ratios) / len(ratios), 4)}
 
 
 def write_output(out_dir: Path, *, split: str, src: str, tgt: str, source_text: list[str],

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import time
 
-import torch
-
+from ..distill_corpus import token_strings
+from ..distill_scores import statistics
 from .base import DecodingStrategy
 
 
@@ -16,29 +16,33 @@ class ChunkDecoder:
         if strategy.needs_reference and (references is None or sp is None):
             raise ValueError(f"{strategy.name} needs the references (--reference) and the sentencepiece model")
 
-    def _pieces(self, tokens: torch.Tensor) -> str:
-        return self.teacher.tgt_dict.string(tokens)
-
     def decode_batch(self, ids: list[int]) -> list[tuple[int, str]]:
+        """(sentence id, pieces of the kept hypothesis) for each sentence of one fairseq batch."""
         sample = self.dataset.collater([self.dataset[i] for i in ids])
         if self.device != "cpu":
             from fairseq import utils
             sample = utils.move_to_cuda(sample, device=self.device)
         hypos = self.teacher.task.inference_step(self.generator, self.teacher.models, sample)
+        sentence_ids = sample["id"].tolist()
+        if not self.strategy.needs_reference:
+            return list(zip(sentence_ids, token_strings(self.teacher.tgt_dict, [nbest[0]["tokens"].cpu()
+                                                                                for nbest in hypos])))
         out = []
-        for sentence_id, nbest in zip(sample["id"].tolist(), hypos):
-            if self.strategy.needs_reference:
-                candidates = [self._pieces(h["tokens"]) for h in nbest]
-                texts = self.sp.decode([c.split() for c in candidates])
-                chosen = candidates[self.strategy.choose(texts, self.references[sentence_id])]
-            else:
-                chosen = self._pieces(nbest[0]["tokens"])
-            out.append((sentence_id, chosen))
+        for sentence_id, nbest in zip(sentence_ids, hypos):
+            candidates = token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for h in nbest])
+            texts = self.sp.decode([c.split() for c in candidates])
+            out.append((sentence_id, candidates[self.strategy.choose(texts, self.references[sentence_id])]))
         return out
 
     def decode_chunk(self, batches: list[list[int]]) -> dict:
+        """The chunk's sentences in id order: pieces, and with an sp model their text; with references, the
+        chunk's summed BLEU/chrF statistics (nat_kd.distill_scores)."""
         start = time.perf_counter()
-        results = [pair for batch in batches for pair in self.decode_batch(batch)]
-        results.sort()
-        return {"ids": [i for i, _ in results], "pieces": [p for _, p in results],
-                "seconds": round(time.perf_counter() - start, 3)}
+        results = sorted(pair for batch in batches for pair in self.decode_batch(batch))
+        chunk = {"ids": [i for i, _ in results], "pieces": [p for _, p in results]}
+        if self.sp is not None:
+            chunk["text"] = self.sp.decode([p.split() for p in chunk["pieces"]])
+            if self.references is not None:
+                chunk["statistics"] = statistics(chunk["text"], [self.references[i] for i in chunk["ids"]])
+        chunk["seconds"] = round(time.perf_counter() - start, 3)
+        return chunk
