@@ -117,6 +117,11 @@ def main() -> None:
     meta = json.loads((work / "ours.0" / "meta.json").read_text())
     print(f"ours: {meta['sentences']} lines for {n} inputs; decode-only {meta['timing']['sentences_per_second']} "
           f"sent/s with {meta['timing']['workers']} worker(s)")
+    translated = re.search(r"Translated ([\d,]+) sentences .* in ([\d.]+)s \(([\d.]+) sentences/s",
+                           (work / "fairseq.0.log").read_text(encoding="utf-8"))
+    if translated:
+        print(f"fairseq-generate: decode-only {translated.group(3)} sent/s by its own timer "
+              f"({translated.group(2)} s inside the generator)")
     if not args.skip_default_count:
         # fairseq-generate's own defaults for batching: no --max-tokens, --required-batch-size-multiple 8
         at = fairseq.index("--max-tokens")
