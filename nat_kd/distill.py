@@ -41,7 +41,7 @@ class DistillConfig:
     dict_dir: str | None = None  # the teacher's dictionaries (default: the folder it was trained on)
     decoding: DecodingSettings = field(default_factory=DecodingSettings)
     name: str | None = None  # recorded in meta.json (default: the output folder's name)
-    max_tokens: int = 3000
+    max_tokens: int = 12000  # fairseq-generate's default
     max_sentences: int | None = None
     chunk_sentences: int = 500
     num_shards: int | None = None  # default: torchrun's WORLD_SIZE, else 1

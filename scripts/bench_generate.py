@@ -66,7 +66,8 @@ def main() -> None:
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--lenpen", type=float, default=1.0)
     p.add_argument("--max-len-b", type=int, default=200)
-    p.add_argument("--max-tokens", type=int, default=3000)
+    p.add_argument("--max-tokens", type=int, default=12000,
+                   help="both decoders' (default: fairseq-generate's own default, and ours)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--workers", type=int, default=0, help="our decoding processes (0: one per core)")
     p.add_argument("--skip-default-count", action="store_true")
