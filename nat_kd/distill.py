@@ -173,7 +173,7 @@ class _Session:
     def decoder(self):
         from .decoding.runner import ChunkDecoder
 
-        return ChunkDecoder(self.teacher, self.strategy, self.dataset, self.corpus.references, self.sp, self.device)
+        return ChunkDecoder(self.teacher, self.strategy, self.dataset, self.sp, self.corpus.references, self.device)
 
 
 def _reuse_freed_memory() -> None:

@@ -9,12 +9,12 @@ from .base import DecodingStrategy
 
 
 class ChunkDecoder:
-    def __init__(self, teacher, strategy: DecodingStrategy, dataset, references=None, sp=None, device="cpu"):
+    def __init__(self, teacher, strategy: DecodingStrategy, dataset, sp, references=None, device="cpu"):
         self.teacher, self.strategy, self.dataset = teacher, strategy, dataset
         self.references, self.sp, self.device = references, sp, device
         self.generator = strategy.build_generator(teacher.models, teacher.tgt_dict)
-        if strategy.needs_reference and (references is None or sp is None):
-            raise ValueError(f"{strategy.name} needs the references (--reference) and the sentencepiece model")
+        if strategy.needs_reference and references is None:
+            raise ValueError(f"{strategy.name} needs the references (--reference)")
 
     def decode_batch(self, ids: list[int]) -> list[tuple[int, str]]:
         """(sentence id, pieces of the kept hypothesis) for each sentence of one fairseq batch."""
@@ -35,14 +35,13 @@ class ChunkDecoder:
         return out
 
     def decode_chunk(self, batches: list[list[int]]) -> dict:
-        """The chunk's sentences in id order: pieces, and with an sp model their text; with references, the
-        chunk's summed BLEU/chrF statistics (nat_kd.distill_scores)."""
+        """The chunk's sentences in id order: pieces and text; with references, the chunk's summed BLEU/chrF
+        statistics (nat_kd.distill_scores)."""
         start = time.perf_counter()
         results = sorted(pair for batch in batches for pair in self.decode_batch(batch))
         chunk = {"ids": [i for i, _ in results], "pieces": [p for _, p in results]}
-        if self.sp is not None:
-            chunk["text"] = self.sp.decode([p.split() for p in chunk["pieces"]])
-            if self.references is not None:
-                chunk["statistics"] = statistics(chunk["text"], [self.references[i] for i in chunk["ids"]])
+        chunk["text"] = self.sp.decode([p.split() for p in chunk["pieces"]])
+        if self.references is not None:
+            chunk["statistics"] = statistics(chunk["text"], [self.references[i] for i in chunk["ids"]])
         chunk["seconds"] = round(time.perf_counter() - start, 3)
         return chunk
