@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from nat_kd.align import RECOMMENDED, AlignerOptions
 from nat_kd.alignment_io import write_atomically
 from nat_kd.corpus import CorpusError, read_lines, split_file
 from nat_kd.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.metrics.faithfulness import DEFAULT_FLOOR
+from nat_kd.metrics.faithfulness import DEFAULT_FLOOR, InterpolatedFaithfulness, missing_mass
+from nat_kd.metrics.surface import surface_stats
 from nat_kd.plotting import plot_complexity_faithfulness, plot_mode_mix
 from nat_kd.tokenizers import Tokenizer
 
@@ -161,4 +163,46 @@ class AnalysisReport:
         if self.modes:
             score = self.modes.corpus_score(aligned.tgt_tokens)
             row.update(mode_purity=score.mean_purity, mode_mix=score.mix, mode_unknown=score.unknown)
+        return row
+
+
+class DetailedAnalysisReport(AnalysisReport):
+    """The report's measures plus what tells a small corpus apart from the paper's: C(d) within buckets of
+    source-word frequency (counted in the real data) and weighted by token count, F(d) at several smoothing
+    floors, with the real mass that the floor prices, and interpolated with a unigram instead of floored,
+    the targets' word types and tokens, and the share of targets with a repeated n-gram."""
+
+    def __init__(self, tokenizer: Tokenizer, *, buckets: list[int], floors: list[float], interpolation: float,
+                 repeat_n: list[int], **kwargs):
+        super().__init__(tokenizer, **kwargs)
+        self.buckets, self.repeat_n = list(buckets), list(repeat_n)
+        self.floored = [Faithfulness(self.complexity.log_base, floor) for floor in floors]
+        self.interpolated = InterpolatedFaithfulness(interpolation, self.complexity.log_base)
+        self._source_counts: Counter | None = None
+
+    def run(self, real: DataSet, distilled: list[DataSet]) -> Report:
+        self._source_counts = None  # set by the real data's row, the first
+        report = super().run(real, distilled)
+        report.signature |= {
+            "complexity_buckets": f"real-source-count>={','.join(map(str, self.buckets))}",
+            "complexity_token_weighted": "weight:real-source-token-count",
+            "faithfulness_interpolated": f"interpolate({self.interpolated.lam},add-one-unigram-of-distilled-targets)",
+            "repeated_ngram": f"n:{','.join(map(str, self.repeat_n))},target-side,tokenised-as-above"}
+        return report
+
+    def _row(self, data, src, tgt, aligned, real_table, real_tgt) -> dict:
+        row = super()._row(data, src, tgt, aligned, real_table, real_tgt)
+        if self._source_counts is None:
+            self._source_counts = Counter(w for line in aligned.src_tokens for w in line.split())
+        table = aligned.result.exported_table()
+        complexity = self.complexity.table_score(table)
+        surface = surface_stats(aligned.tgt_tokens, self.repeat_n)
+        target_counts = Counter(w for line in aligned.tgt_tokens for w in line.split())
+        row.update(
+            complexity_token_weighted=complexity.token_weighted(self._source_counts),
+            complexity_buckets=complexity.by_frequency(self._source_counts, self.buckets),
+            faithfulness_floors={str(f.floor): f.table_score(real_table, table).score for f in self.floored},
+            missing_mass=missing_mass(real_table, table),
+            faithfulness_interpolated=self.interpolated.table_score(real_table, table, target_counts).score,
+            **surface.as_dict())
         return row

@@ -153,3 +153,58 @@ def test_faithfulness_refuses_corpora_aligned_differently():
     assert Complexity().corpus_score(real).score == Complexity().table_score(real.result.exported_table()).score
     with pytest.raises(ValueError, match="not comparable"):
         Faithfulness().corpus_score(real, other)
+
+
+# ---------------------------------------------------------------- detailed measures (kd-effect analysis)
+
+def test_token_weighted_and_frequency_bucketed_complexity():
+    # a: ln 2 (seen 1 time), b: 0 (3 times), c: ln 2 (30 times); d is in the table but was never counted
+    t = table({("a", "x"): 0.5, ("a", "y"): 0.5, ("b", "x"): 1.0, ("c", "x"): 0.5, ("c", "y"): 0.5,
+               ("d", "x"): 1.0})
+    score = Complexity().table_score(t)
+    counts = {"a": 1, "b": 3, "c": 30}
+    assert score.token_weighted(counts) == pytest.approx(31 * math.log(2) / 34)
+    buckets = score.by_frequency(counts, [1, 2, 5, 20])
+    assert [b["bucket"] for b in buckets] == ["1", "2-4", "5-19", "20+"]
+    assert [b["words"] for b in buckets] == [1, 1, 0, 1]
+    assert buckets[0]["complexity"] == pytest.approx(math.log(2)) and buckets[1]["complexity"] == 0.0
+    assert math.isnan(buckets[2]["complexity"]) and buckets[3]["complexity"] == pytest.approx(math.log(2))
+
+
+def test_missing_mass_and_interpolated_faithfulness():
+    from nat_kd.metrics.faithfulness import InterpolatedFaithfulness, missing_mass
+
+    real = table({("a", "x"): 0.5, ("a", "y"): 0.5, ("b", "x"): 1.0})
+    distilled = table({("a", "x"): 1.0})  # a lost y; b is missing altogether
+    assert missing_mass(real, distilled) == pytest.approx((0.5 + 1.0) / 2)
+    # the distilled targets: x three times, z once; vocabulary {x, y, z}: u = (4, 1, 2) / 7
+    counts = {"x": 3, "z": 1}
+    lam = 0.1
+    u = {"x": 4 / 7, "y": 1 / 7}
+    q_a = {"x": (1 - lam) * 1.0 + lam * u["x"], "y": lam * u["y"]}
+    kl_a = 0.5 * math.log(0.5 / q_a["x"]) + 0.5 * math.log(0.5 / q_a["y"])
+    kl_b = math.log(1.0 / (lam * u["x"]))
+    score = InterpolatedFaithfulness(lam).table_score(real, distilled, counts)
+    assert score.score == pytest.approx((kl_a + kl_b) / 2)
+    assert score.missing_words == 1 and "interpolate(0.1" in str(score.signature)
+    assert InterpolatedFaithfulness(lam).table_score(real, real, {"x": 2, "y": 1}).score < 0.2
+
+
+def test_faithfulness_grows_with_the_missing_mass_as_the_floor_falls():
+    real = table({("a", "x"): 0.5, ("a", "y"): 0.5})
+    distilled = table({("a", "x"): 1.0})
+    small, large = Faithfulness(floor=1e-9).table_score(real, distilled), Faithfulness(floor=1e-3).table_score(
+        real, distilled)
+    # 0.5 of the mass is missing: the difference is 0.5 * ln(1e-3 / 1e-9), up to the rescaling (1 + floor)
+    assert small.score - large.score == pytest.approx(0.5 * math.log(1e6), rel=1e-3)
+
+
+def test_surface_stats_types_tokens_and_repeated_ngrams():
+    from nat_kd.metrics.surface import surface_stats
+
+    lines = ["a man a", "man runs", "", "the the dog", "a man a man"]
+    stats = surface_stats(lines, [1, 2, 3])
+    assert stats.types == 5 and stats.tokens == 12  # a, man, runs, the, dog
+    # a word repeats in sentences 0, 3 and 4; the bigram "a man" in sentence 4 only: the "a" ending sentence 0
+    # and the "man" starting sentence 1 are no bigram of sentence 0; no trigram repeats
+    assert stats.repeated == {1: pytest.approx(3 / 5), 2: pytest.approx(1 / 5), 3: 0.0}

@@ -75,6 +75,10 @@ def test_minimal_config_gets_defaults(tmp_path):
     ("[distill]\ntop_kk = 3\n", "unknown key(s) top_kk"),
     ("[students]\nfamilies = ['nat', 'gpt']\n", "unknown 'gpt'"),
     ("[evaluation]\nsplits = ['valid']\n", "must include 'test'"),
+    ("[teachers.models.training]\npatience = 2\n", "a: patience = 2 needs bleu_every > 0"),
+    ("[teachers.models.training]\nupdate = 2\n", "a: training: unknown key(s) update"),
+    ("[analysis]\ninterpolation = 1.5\n", "must be in (0, 1)"),
+    ("[analysis]\nbucket = [1]\n", "unknown key(s) bucket"),
     ("[study]\njobs = 'two'\n", "expected int"),
 ])
 def test_config_errors_name_the_file_and_the_key(tmp_path, extra, message):
@@ -84,6 +88,34 @@ def test_config_errors_name_the_file_and_the_key(tmp_path, extra, message):
     assert str(path) in str(err.value) and message in str(err.value)
 
 
+def test_a_teacher_training_overrides_the_teachers_defaults(tmp_path):
+    cfg = study_config.load(_write(tmp_path, MINIMAL.replace("[teachers.training]\nupdates = 1\n",
+                                                             "[teachers.training]\nupdates = 1\nlr = 0.5\n")
+                                   + "[teachers.models.training]\nupdates = 9\nbleu_every = 3\npatience = 2\n"))
+    (teacher,) = cfg.teachers
+    assert (teacher.training.updates, teacher.training.lr, teacher.training.patience) == (9, 0.5, 2)
+    assert cfg.teacher_training.updates == 1  # the defaults themselves are unchanged
+
+
+def test_kd_effect_profile_is_the_experiment_of_issue_15(tmp_path):
+    cfg = study_config.load("kd-effect")
+    converged, weak = cfg.teachers
+    assert converged.shape == weak.shape and converged.training.patience > 0
+    assert converged.training.bleu_every and 600 % converged.training.bleu_every == 0  # the weak point is on the curve
+    # the weak teacher is the main job's: 600 updates, lr 1e-3, warmup 200, weight decay 1e-4, 4k tokens
+    assert (weak.training.updates, weak.training.lr, weak.training.warmup, weak.training.weight_decay,
+            weak.training.max_tokens, weak.training.bleu_every) == (600, 1e-3, 200, 1e-4, 4096, 0)
+    assert [(d.teacher, d.strategy) for d in cfg.distilled] == [("converged", "beam"), ("weak", "beam")]
+    assert cfg.decoding["beam"] == 5 and len(cfg.student_families) >= 2 and cfg.student_training.bleu_every
+    assert cfg.analysis["detailed"] and cfg.train_limit is None and cfg.vocab_size == 8000
+    names = [s.name for s in build_plan(cfg, tmp_path)]
+    # one step at a time runs them in this order: what tells the most first
+    assert names[:6] == ["prepare", "teacher.converged", "distil.converged.beam", "teacher.weak", "distil.weak.beam",
+                         "analysis"]
+    assert set(names[6:]) == {f"student.{f}.{d}" for f in cfg.student_families
+                              for d in ["real", "converged.beam", "weak.beam"]}
+
+
 def test_toml_syntax_error_names_the_line(tmp_path):
     path = _write(tmp_path, MINIMAL + "[study\n")
     with pytest.raises(ConfigError, match=rf"{path}.*line \d+"):
@@ -91,7 +123,7 @@ def test_toml_syntax_error_names_the_line(tmp_path):
 
 
 def test_unknown_profile_lists_the_bundled_ones():
-    with pytest.raises(ConfigError, match="cpu, micro, paper"):
+    with pytest.raises(ConfigError, match="cpu, kd-effect, kd-effect-micro, micro, paper"):
         study_config.load("nonesuch")
 
 
@@ -246,3 +278,80 @@ def test_prepare_steps_fingerprint_the_raw_corpus_not_its_location(tmp_path):
     changed = settings(copies[1])
     assert changed["prepare"]["corpus"] != first["prepare"]["corpus"]
     assert changed["teacher.t1"] == first["teacher.t1"]  # redone through its dependency, not its settings
+
+
+# ------------------------------------------------------------------ validation-BLEU curve
+
+
+def _fake_training(save_dir, bleu_at, calls):
+    """fairseq-train and the validation decode, faked: a checkpoint that knows its update count, a BLEU per
+    update count; ``calls`` logs (what, updates)."""
+    import torch
+
+    def train(budget):
+        calls.append(("train", budget.updates))
+        torch.save({"optimizer_history": [{"num_updates": budget.updates}]}, save_dir / "checkpoint_last.pt")
+        return save_dir / "checkpoint_best.pt"
+
+    def valid_bleu(checkpoint, hypotheses):
+        from nat_kd.study.curve import checkpoint_updates
+
+        updates = checkpoint_updates(checkpoint)
+        calls.append(("valid", updates))
+        hypotheses.write_text(f"hypotheses after {updates}\n")
+        return {"bleu": bleu_at[updates], "signature": "sig"}
+
+    return train, valid_bleu
+
+
+def test_curve_keeps_the_best_checkpoint_and_stops_when_out_of_patience(tmp_path):
+    from nat_kd.study.config import Training
+    from nat_kd.study.curve import BEST, checkpoint_updates, train_with_curve
+
+    calls = []
+    bleu = {2: 1.0, 4: 3.0, 6: 2.5, 8: 3.0, 10: 9.0}  # 8 ties the best: no improvement
+    train, valid = _fake_training(tmp_path, bleu, calls)
+    result = train_with_curve(tmp_path, Training(updates=10, bleu_every=2, patience=2), train, valid)
+    assert [p["updates"] for p in result["curve"]] == [2, 4, 6, 8]  # never reaches 10
+    assert [p["valid_bleu"] for p in result["curve"]] == [1.0, 3.0, 2.5, 3.0]
+    assert (result["best_updates"], result["valid_bleu"], result["stopped_early"]) == (4, 3.0, True)
+    assert checkpoint_updates(tmp_path / BEST) == 4
+    assert (tmp_path / "valid.best.hyp").read_text() == "hypotheses after 4\n"
+    assert calls == [(k, n) for n in (2, 4, 6, 8) for k in ("train", "valid")]
+
+
+def test_curve_without_patience_trains_every_update_and_ends_at_the_budget(tmp_path):
+    from nat_kd.study.config import Training
+    from nat_kd.study.curve import train_with_curve
+
+    calls = []
+    train, valid = _fake_training(tmp_path, {3: 5.0, 6: 4.0, 7: 4.5}, calls)
+    result = train_with_curve(tmp_path, Training(updates=7, bleu_every=3), train, valid)
+    assert [p["updates"] for p in result["curve"]] == [3, 6, 7]  # the last chunk is the remainder
+    assert (result["best_updates"], result["updates_trained"], result["stopped_early"]) == (3, 7, False)
+
+
+def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
+    """Killed after training a chunk but before its BLEU: the resumed run measures that checkpoint and does
+    not start fairseq-train at its budget (which would take one update more)."""
+    from nat_kd.study.config import Training
+    from nat_kd.study.curve import train_with_curve
+
+    calls = []
+    bleu = {2: 1.0, 4: 2.0, 6: 3.0}
+    train, valid = _fake_training(tmp_path, bleu, calls)
+    budget = Training(updates=6, bleu_every=2)
+
+    def killed_after_training(checkpoint, hypotheses):
+        if len(calls) == 3:  # train 2, valid 2, train 4: the process dies before measuring 4
+            raise KeyboardInterrupt
+        return valid(checkpoint, hypotheses)
+
+    with pytest.raises(KeyboardInterrupt):
+        train_with_curve(tmp_path, budget, train, killed_after_training)
+    calls.clear()
+    result = train_with_curve(tmp_path, budget, train, valid)
+    assert calls == [("valid", 4), ("train", 6), ("valid", 6)]
+    assert [p["updates"] for p in result["curve"]] == [2, 4, 6] and result["best_updates"] == 6
+    calls.clear()
+    assert train_with_curve(tmp_path, budget, train, valid)["curve"] == result["curve"] and calls == []

@@ -43,6 +43,29 @@ class ComplexityScore:
     def format(self) -> str:
         return f"C(d) = {self.score:.4f} {self.unit} over |Vx| = {self.vocab_size} | {self.signature}"
 
+    def _counts(self, counts: dict[str, int]) -> np.ndarray:
+        return np.array([counts.get(w, 0) for w in self.words], dtype=np.int64)
+
+    def token_weighted(self, counts: dict[str, int]) -> float:
+        """The mean entropy over source *tokens* instead of types: each word weighted by its count in
+        ``counts`` (the real data's source side). On a small corpus the paper's mean over types is mostly
+        rare words; this one is what a model meets in running text."""
+        weights = self._counts(counts)
+        return float(weights @ self.entropies / weights.sum()) if weights.sum() else float("nan")
+
+    def by_frequency(self, counts: dict[str, int], edges: list[int]) -> list[dict]:
+        """C(d) within buckets of source words by their count in ``counts``: bucket i holds the words with
+        edges[i] <= count < edges[i+1] (the last is open). Each: label, words (types in the table), C(d)."""
+        bucket = np.searchsorted(np.asarray(edges), self._counts(counts), side="right") - 1
+        out = []
+        for i, low in enumerate(edges):
+            high = edges[i + 1] - 1 if i + 1 < len(edges) else None
+            label = f"{low}+" if high is None else (str(low) if high == low else f"{low}-{high}")
+            chosen = self.entropies[bucket == i]
+            out.append({"bucket": label, "words": int(len(chosen)),
+                        "complexity": float(chosen.mean()) if len(chosen) else float("nan")})
+        return out
+
 
 class Complexity:
     """C(d) of a translation table; ``log_base`` 'e' (nats, default) or '2' (bits)."""

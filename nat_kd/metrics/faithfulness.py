@@ -30,8 +30,9 @@ def _lookup(keys: np.ndarray, table_keys: np.ndarray, table_values: np.ndarray) 
     return np.where(found, table_values[order][pos] if len(sorted_keys) else np.nan, np.nan)
 
 
-def row_kl(real: TranslationTable, distilled: TranslationTable, floor: float = DEFAULT_FLOOR):
-    """(real row ids, KL in nats of each, whether the word is missing from the distilled table)."""
+def _tables_at_real_entries(real: TranslationTable, distilled: TranslationTable):
+    """(p: the real table, renormalised without NULL; q(y|x) at each of p's entries, NaN where the distilled
+    table lacks the pair; whether each of p's rows is in the distilled table)."""
     p = real.without_null().normalised()
     q = distilled.without_null().normalised()
     q_row_of = {w: i for i, w in enumerate(q.rows)}
@@ -43,6 +44,12 @@ def row_kl(real: TranslationTable, distilled: TranslationTable, floor: float = D
     q_present = np.bincount(q.row, minlength=len(q.rows)) > 0
     row_in_q = np.zeros(len(p.rows), dtype=bool)
     row_in_q[row_map >= 0] = q_present[row_map[row_map >= 0]]
+    return p, q_prob, row_in_q
+
+
+def row_kl(real: TranslationTable, distilled: TranslationTable, floor: float = DEFAULT_FLOOR):
+    """(real row ids, KL in nats of each, whether the word is missing from the distilled table)."""
+    p, q_prob, row_in_q = _tables_at_real_entries(real, distilled)
     missing_entry = np.isnan(q_prob)
     k = np.bincount(p.row, missing_entry, minlength=len(p.rows))
     rescale = np.where(row_in_q, 1.0 + k * floor, 1.0)
@@ -92,3 +99,44 @@ class Faithfulness:
             raise ValueError(f"not comparable: real data aligned with {real.settings} but distilled data with "
                              f"{distilled.settings}; use the same tokeniser and aligner options for both")
         return self.table_score(real.result.exported_table(), distilled.result.exported_table(), real.settings)
+
+
+def missing_mass(real: TranslationTable, distilled: TranslationTable) -> float:
+    """Mean over the real source words of the real translation probability on pairs the distilled table
+    lacks: the mass that the floor prices at ln(1/floor) nats each, so F(d) grows by about this times
+    ln(1/floor) as the floor falls."""
+    p, q_prob, _ = _tables_at_real_entries(real, distilled)
+    per_row = np.bincount(p.row, p.prob * np.isnan(q_prob), minlength=len(p.rows))
+    present = p.present_rows()
+    return float(per_row[present].mean()) if len(present) else float("nan")
+
+
+class InterpolatedFaithfulness:
+    """F(d) with the distilled rows interpolated with a unigram distribution instead of floored:
+    KL(p(.|x) || (1 - lam) q(.|x) + lam u), u the add-one unigram of the distilled targets over the words of
+    both data sets. An unseen pair then costs about ln(1 / (lam u(y))) instead of ln(1/floor) (20.7 nats at
+    1e-9), and a word the teacher never writes still has mass: every term is finite without a floor."""
+
+    def __init__(self, lam: float = 0.1, log_base: str = "e"):
+        if not 0 < lam < 1:
+            raise ValueError("the interpolation weight must be in (0, 1)")
+        self.lam, self.log_base = lam, log_base
+        self.divisor = log_base_divisor(log_base)
+
+    def table_score(self, real: TranslationTable, distilled: TranslationTable, target_counts: dict[str, int],
+                    settings: dict | None = None) -> FaithfulnessScore:
+        """``target_counts``: each target word's count in the distilled data's (tokenised) targets."""
+        p, q_prob, row_in_q = _tables_at_real_entries(real, distilled)
+        vocabulary = set(p.cols) | set(target_counts)
+        total = sum(target_counts.values()) + len(vocabulary)
+        unigram = np.array([(target_counts.get(w, 0) + 1) / total for w in p.cols])
+        q_smoothed = (1 - self.lam) * np.nan_to_num(q_prob) + self.lam * unigram[p.col]
+        kl = np.bincount(p.row, p.prob * (np.log(p.prob) - np.log(q_smoothed)), minlength=len(p.rows))
+        present = p.present_rows()
+        kl = np.maximum(kl[present], 0.0) / self.divisor
+        order = np.argsort(-kl, kind="stable")
+        signature = Signature("faithfulness", {**(settings or {}), "log": self.log_base,
+                                               "smoothing": f"interpolate({self.lam},add-one-unigram)"})
+        return FaithfulnessScore(float(kl.mean()) if len(kl) else float("nan"), len(present),
+                                 int((~row_in_q[present]).sum()), [p.rows[r] for r in present[order]], kl[order],
+                                 signature)

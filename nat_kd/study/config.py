@@ -11,6 +11,12 @@ from pathlib import Path
 
 PROFILES = Path(__file__).parent / "profiles"
 STRATEGIES = ("beam", "greedy", "sampling", "topk", "topp", "seq-inter")
+# [analysis]: the detailed measures of nat_kd.report.DetailedAnalysisReport (off unless detailed = true)
+ANALYSIS_DEFAULTS = {"detailed": False,
+                     "buckets": [1, 2, 5, 20, 100],  # lower edges of the source-frequency buckets of C(d)
+                     "floors": [1e-9, 1e-6, 1e-3],  # F(d) at each smoothing floor
+                     "interpolation": 0.1,  # lambda of the interpolated F(d)
+                     "repeat_n": [2, 3]}  # share of outputs in which some n-gram occurs twice, for each n
 
 
 class ConfigError(ValueError):
@@ -52,12 +58,18 @@ class Training:
     warmup: int = 100
     label_smoothing: float = 0.1
     validate_every: int = 0  # updates between validations (0: every epoch)
+    weight_decay: float = 0.0
+    # Validation BLEU every N updates (0: never): the learning curve, and the checkpoint kept is the one with
+    # the best validation BLEU instead of fairseq's best validation loss (see curve.py).
+    bleu_every: int = 0
+    patience: int = 0  # stop after this many BLEU measurements without a new best (0: train all updates)
 
 
 @dataclass(frozen=True)
 class Teacher:
     name: str
     shape: ModelShape
+    training: Training  # [teachers.training], with the keys of its own [teachers.models.training] over it
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,7 @@ class StudyConfig:
     student_shape: ModelShape
     student_training: Training
     evaluation: dict  # beam, max_tokens
+    analysis: dict  # detailed (bool) and the detailed measures' settings (see ANALYSIS_DEFAULTS)
     born_again_rounds: int
     born_again_student: str
     born_again_shape: ModelShape
@@ -165,11 +178,18 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     if not shapes:
         raise ConfigError("[teachers]: give [[teachers.models]] entries (name, embed_dim, ffn_dim, layers, heads), "
                           "smallest first")
-    teachers = tuple(Teacher(str(_take(t := dict(s), "name", MISSING, "[[teachers.models]]")),
-                             _dataclass(ModelShape, t, f"[[teachers.models]] {s.get('name')}")) for s in shapes)
+    teacher_defaults = dict(teacher_section.pop("training", {}))
+    teacher_training = _dataclass(Training, teacher_defaults, "[teachers.training]")
+    teachers = []
+    for entry in shapes:
+        entry = dict(entry)
+        teacher = str(_take(entry, "name", MISSING, "[[teachers.models]]"))
+        own = entry.pop("training", {})
+        training = _dataclass(Training, teacher_defaults | own, f"[[teachers.models]] {teacher}: training")
+        teachers.append(Teacher(teacher, _dataclass(ModelShape, entry, f"[[teachers.models]] {teacher}"), training))
+    teachers = tuple(teachers)
     if len({t.name for t in teachers}) != len(teachers):
         raise ConfigError("[[teachers.models]]: teacher names must differ")
-    teacher_training = _dataclass(Training, teacher_section.pop("training", {}), "[teachers.training]")
     _no_leftovers(teacher_section, "[teachers]")
 
     distill = dict(raw.pop("distill", {}))
@@ -216,6 +236,18 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     if "test" not in evaluation["splits"]:
         raise ConfigError(f"{where}.splits: must include 'test' (the reported figure)")
     _no_leftovers(section, where)
+    for training, where in [(teacher_training, "[teachers.training]"), (student_training, "[students.training]"),
+                            *[(t.training, f"[[teachers.models]] {t.name}") for t in teachers]]:
+        if training.patience and not training.bleu_every:
+            raise ConfigError(f"{where}: patience = {training.patience} needs bleu_every > 0 (patience counts "
+                              "validation BLEU measurements)")
+
+    section, where = dict(raw.pop("analysis", {})), "[analysis]"
+    analysis = {key: _take(section, key, default, where, type(default) if key != "interpolation" else (int, float))
+                for key, default in ANALYSIS_DEFAULTS.items()}
+    if not 0 < analysis["interpolation"] < 1:
+        raise ConfigError(f"{where}.interpolation = {analysis['interpolation']}: must be in (0, 1)")
+    _no_leftovers(section, where)
 
     born = dict(raw.pop("born_again", {}))
     where = "[born_again]"
@@ -237,5 +269,5 @@ def _build(raw: dict, path: Path) -> StudyConfig:
         _no_leftovers(section, where)
     _no_leftovers(raw, "top level")
     return StudyConfig(name, src, tgt, vocab_size, train_limit, jobs, teachers, teacher_training, distilled,
-                       decoding, max_tokens, families, student_shape, student_training, evaluation, rounds,
+                       decoding, max_tokens, families, student_shape, student_training, evaluation, analysis, rounds,
                        born_student, born_shape, modes, path)

@@ -57,6 +57,7 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
                 *shape.flags(), "--label-smoothing", training.label_smoothing,
                 "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", training.lr,
                 "--lr-scheduler", "inverse_sqrt", "--warmup-updates", training.warmup, "--warmup-init-lr", "1e-07",
+                "--weight-decay", training.weight_decay,
                 "--max-tokens", training.max_tokens, "--required-batch-size-multiple", 1,
                 "--max-update", training.updates, *validate, "--save-dir", save_dir, "--no-epoch-checkpoints",
                 "--seed", seed,

@@ -55,15 +55,38 @@ def _evaluate(ctx: StepContext, prepared: Path, bin_dir: Path, checkpoint: Path,
 
 def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, shape: dict, training: dict,
                nat_family: str | None, evaluation: dict, tgt: str) -> dict:
-    """Train one model (AT or NAT) on the prepared data or on a distilled set, then evaluate it."""
+    """Train one model (AT or NAT) on the prepared data or on a distilled set, then evaluate it. With
+    ``bleu_every`` the checkpoint is the one with the best validation BLEU and the result holds the curve;
+    otherwise it is fairseq's best on validation loss."""
     prepared = Path(ctx.results[prepare]["dir"])
     bin_dir = Path(ctx.results[data]["dir"]) / "bin" if data else prepared / "bin"
     shape_, training_ = ModelShape(**shape), Training(**training)
-    checkpoint = jobs.train(bin_dir, ctx.work / "checkpoints", arch=arch, shape=shape_, training=training_,
-                            log=ctx.log, threads=ctx.threads, nat_family=nat_family)
-    result = {"checkpoint": str(checkpoint), "outputs": [str(checkpoint)],
-              "parameters": count_parameters(arch, shape_, _vocab_size(prepared)), "shape": shape_.label}
-    return result | _evaluate(ctx, prepared, bin_dir, checkpoint, evaluation, nat_family, tgt)
+    save_dir = ctx.work / "checkpoints"
+
+    def train(budget: Training) -> Path:
+        return jobs.train(bin_dir, save_dir, arch=arch, shape=shape_, training=budget, log=ctx.log,
+                          threads=ctx.threads, nat_family=nat_family)
+
+    result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)), "shape": shape_.label}
+    splits = evaluation["splits"]
+    if training_.bleu_every:
+        from .curve import train_with_curve
+
+        settings = {k: v for k, v in evaluation.items() if k != "splits"}
+        references = read_lines(prepared / "raw" / f"valid.{tgt}")
+
+        def valid_bleu(checkpoint: Path, hypotheses: Path) -> dict:
+            return jobs.bleu(jobs.translate(bin_dir, checkpoint, "valid", hypotheses, log=ctx.log,
+                                            threads=ctx.threads, nat_family=nat_family, **settings), references)
+
+        result |= train_with_curve(save_dir, training_, train, valid_bleu)
+        checkpoint = Path(result["checkpoint"])
+        splits = [s for s in splits if s != "valid"]  # measured on the curve, with this very checkpoint
+    else:
+        checkpoint = train(training_)
+        result["checkpoint"] = str(checkpoint)
+    result["outputs"] = [str(checkpoint)]
+    return result | _evaluate(ctx, prepared, bin_dir, checkpoint, evaluation | {"splits": splits}, nat_family, tgt)
 
 
 def _vocab_size(prepared: Path) -> int:
@@ -84,15 +107,23 @@ def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, 
             "sentences_per_second": meta["timing"]["sentences_per_second"]}
 
 
-def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, tgt: str, out: str) -> dict:
-    from nat_kd.report import AnalysisReport, DataSet
+def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, tgt: str, out: str,
+                  details: dict | None = None) -> dict:
+    from nat_kd.report import AnalysisReport, DataSet, DetailedAnalysisReport
     from nat_kd.tokenizers import get_tokenizer
 
     prepared = Path(ctx.results[prepare]["dir"])
     real = DataSet("real", prepared / "raw" / f"train.{src}", prepared / "raw" / f"train.{tgt}", "reference")
     distilled = [DataSet(ctx.results[s]["name"], Path(ctx.results[s]["dir"]) / f"train.{src}",
                          Path(ctx.results[s]["dir"]) / f"train.{tgt}", ctx.results[s]["strategy"]) for s in sets]
-    report = AnalysisReport(get_tokenizer("13a", lowercase=True), drop_empty=True).run(real, distilled)
+    tokenizer = get_tokenizer("13a", lowercase=True)
+    if details:
+        analyser = DetailedAnalysisReport(tokenizer, drop_empty=True, buckets=details["buckets"],
+                                          floors=details["floors"], interpolation=details["interpolation"],
+                                          repeat_n=details["repeat_n"])
+    else:
+        analyser = AnalysisReport(tokenizer, drop_empty=True)
+    report = analyser.run(real, distilled)
     paths = report.write(Path(out))
     return {"rows": report.rows, "signature": report.signature, "outputs": [str(paths["json"])]}
 
@@ -149,18 +180,20 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
 
     add_prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit)
 
-    # 1. teachers of increasing capacity
+    # 1. teachers, each followed by its distilled training sets (with one step at a time, a teacher's data is
+    #    made before the next teacher trains); then the analysis of the sets
     for teacher in cfg.teachers:
         train(f"teacher.{teacher.name}", data=None, arch=TEACHER_ARCH, shape=teacher.shape,
-              training=cfg.teacher_training)
-    # 2. distilled training sets, and their analysis
-    for d in cfg.distilled:
-        add(f"distil.{d.name}", "distil", distil_step, ["prepare", f"teacher.{d.teacher}"], prepare="prepare",
-            teacher=f"teacher.{d.teacher}", strategy=d.strategy, decoding=cfg.decoding,
-            max_tokens=cfg.distill_max_tokens, name=d.name, tgt=cfg.tgt)
+              training=teacher.training)
+        for d in [d for d in cfg.distilled if d.teacher == teacher.name]:
+            add(f"distil.{d.name}", "distil", distil_step, ["prepare", f"teacher.{d.teacher}"], prepare="prepare",
+                teacher=f"teacher.{d.teacher}", strategy=d.strategy, decoding=cfg.decoding,
+                max_tokens=cfg.distill_max_tokens, name=d.name, tgt=cfg.tgt)
     set_steps = [f"distil.{d.name}" for d in cfg.distilled]
+    # the detailed measures are settings only when asked for, so the other profiles' analysis stays as it was
+    details = {"details": cfg.analysis} if cfg.analysis["detailed"] else {}
     add("analysis", "analysis", analysis_step, ["prepare", *set_steps], where={"out": str(results_dir / "analysis")},
-        prepare="prepare", sets=set_steps, src=cfg.src, tgt=cfg.tgt)
+        prepare="prepare", sets=set_steps, src=cfg.src, tgt=cfg.tgt, **details)
     # 3. NAT students on the real data and on every distilled set
     for family in cfg.student_families:
         for data in [None, *set_steps]:

@@ -128,6 +128,115 @@ def born_again_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
+def trained_models(cfg: StudyConfig) -> list[tuple[str, str]]:
+    """(step, label) of every teacher and student, in plan order."""
+    return ([(f"teacher.{t.name}", f"teacher {t.name}") for t in cfg.teachers]
+            + [(f"student.{f}.{d}", f"{f} on {d}") for f in cfg.student_families for d in data_labels(cfg)])
+
+
+def curves_table(cfg: StudyConfig, res: dict) -> str:
+    """Each model trained with a validation-BLEU curve: where it peaked, how far it trained, test BLEU there."""
+    rows = []
+    for step, label in trained_models(cfg):
+        r = res.get(step, {})
+        if "curve" not in r:
+            continue
+        rows.append([label, _fmt(r["valid_bleu"]), r["best_updates"], r["updates_trained"],
+                     "yes" if r["stopped_early"] else "no", _fmt(r.get("test_bleu")),
+                     _fmt(sum(p["train_seconds"] for p in r["curve"]) / 60, ".1f")])
+    return _table(["model", "best valid BLEU", "at update", "updates trained", "stopped early", "test BLEU there",
+                   "training min"], rows) if rows else "(no model trained with a validation-BLEU curve yet)\n"
+
+
+def curves_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
+    """Validation BLEU against updates. Left: the teachers. Right: one curve per student and training set
+    (colour: the training data; line style: the family)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, t in enumerate(cfg.teachers):
+        curve = res.get(f"teacher.{t.name}", {}).get("curve")
+        if curve:
+            left.plot([p["updates"] for p in curve], [p["valid_bleu"] for p in curve], "o-", color=f"C{i}",
+                      label=f"teacher {t.name}")
+        elif res.get(f"teacher.{t.name}", {}).get("valid_bleu") is not None:
+            left.plot([t.training.updates], [res[f"teacher.{t.name}"]["valid_bleu"]], "s", color=f"C{i}",
+                      label=f"teacher {t.name} (no curve)")
+    styles = ["-", "--", ":", "-."]
+    for j, family in enumerate(cfg.student_families):
+        for i, data in enumerate(data_labels(cfg)):
+            curve = res.get(f"student.{family}.{data}", {}).get("curve")
+            if curve:
+                right.plot([p["updates"] for p in curve], [p["valid_bleu"] for p in curve], marker=".",
+                           linestyle=styles[j % len(styles)], color=f"C{i}", label=f"{family} on {data}")
+    left.set(xlabel="updates", ylabel="validation BLEU", title="AT teachers")
+    right.set(xlabel="updates", ylabel="validation BLEU", title="NAT students")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def _analysis_rows(cfg: StudyConfig, res: dict) -> list[dict]:
+    rows = {row["name"]: row for row in res.get("analysis", {}).get("rows", [])}
+    return [rows[name] for name in data_labels(cfg) if name in rows]
+
+
+def detailed_tables(cfg: StudyConfig, res: dict) -> str:
+    """The detailed analysis: C(d) by source frequency and token-weighted, F(d) by floor and interpolated,
+    and the targets' surface (types, repeated n-grams); '' when the analysis has no detailed measures."""
+    rows = [r for r in _analysis_rows(cfg, res) if "complexity_buckets" in r]
+    if not rows:
+        return ""
+    buckets = [f"C(d) {b['bucket']} ({b['words']} words)" for b in rows[0]["complexity_buckets"]]
+    complexity = _table(["training set", "C(d) paper (mean over types)", "C(d) token-weighted"] + buckets,
+                        [[r["name"], _fmt(r["complexity"], ".3f"), _fmt(r["complexity_token_weighted"], ".3f")]
+                         + [_fmt(b["complexity"], ".3f") for b in r["complexity_buckets"]] for r in rows])
+    floors = list(rows[0]["faithfulness_floors"])
+    faithfulness = _table(["training set"] + [f"F(d) floor {f}" for f in floors]
+                          + ["real mass missing", f"F(d) interpolated ({cfg.analysis['interpolation']})"],
+                          [[r["name"]] + [_fmt(r["faithfulness_floors"][f], ".3f") for f in floors]
+                           + [_fmt(r["missing_mass"], ".3f"), _fmt(r["faithfulness_interpolated"], ".3f")]
+                           for r in rows])
+    ns = list(rows[0]["repeated_ngram_share"])
+    surface = _table(["training set", "BLEU vs real", "target types", "target tokens"]
+                     + [f"share with a repeated {n}-gram" for n in ns] + ["FRS"],
+                     [[r["name"], _fmt(r["bleu"]), r["types"], r["tokens"]]
+                      + [_fmt(r["repeated_ngram_share"][n], ".3f") for n in ns] + [_fmt(r["reordering"], ".4f")]
+                      for r in rows])
+    signature = res["analysis"]["signature"]
+    return "\n".join([
+        "### Complexity C(d) by source-word frequency in the real data (nats)\n", complexity,
+        "### Faithfulness F(d) against the smoothing (nats)\n", faithfulness,
+        "### The targets' surface\n", surface,
+        "Signatures: " + "; ".join(f"{k}: `{v}`" for k, v in signature.items()) + "\n"])
+
+
+def analysis_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
+    """Left: C(d) against F(d) as the paper defines them. Middle: token-weighted C(d) against the
+    interpolated F(d). Right: C(d) within each source-frequency bucket, one line per training set."""
+    rows = [r for r in _analysis_rows(cfg, res) if "complexity_buckets" in r]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, (cx, fx, title) in zip(axes, [("complexity", "faithfulness", "as in the paper (floor 1e-9)"),
+                                          ("complexity_token_weighted", "faithfulness_interpolated",
+                                           "token-weighted C(d), interpolated F(d)")]):
+        for i, r in enumerate(rows):
+            ax.scatter(r[cx], r[fx], s=40, color=f"C{i}")
+            ax.annotate(r["name"], (r[cx], r[fx]), textcoords="offset points", xytext=(5, 5), fontsize=9)
+        ax.set(xlabel="complexity C(d) [nats]", ylabel="faithfulness F(d) [nats]", title=title)
+        ax.margins(0.25)
+        ax.grid(alpha=0.3)
+    right = axes[2]
+    for i, r in enumerate(rows):
+        labels = [b["bucket"] for b in r["complexity_buckets"]]
+        right.plot(labels, [b["complexity"] for b in r["complexity_buckets"]], "o-", color=f"C{i}", label=r["name"])
+    right.set(xlabel="source word's count in the real data", ylabel="C(d) within the bucket [nats]",
+              title="complexity by source-word frequency")
+    right.grid(alpha=0.3)
+    if rows:
+        right.legend(fontsize=8)
+    save_figure(fig, path)
+
+
 def hardware() -> dict:
     import torch
 
@@ -149,6 +258,14 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
     if cfg.born_again_rounds:
         paths["born_again_figure"] = out / "born_again.png"
         born_again_figure(cfg, res, paths["born_again_figure"])
+    curves = any("curve" in res.get(step, {}) for step, _ in trained_models(cfg))
+    if curves:
+        paths["curves_figure"] = out / "validation_bleu_curves.png"
+        curves_figure(cfg, res, paths["curves_figure"])
+    details = detailed_tables(cfg, res)
+    if details:
+        paths["analysis_figure"] = out / "complexity_faithfulness_detailed.png"
+        analysis_figure(cfg, res, paths["analysis_figure"])
     walls = sorted(((r["wall_seconds"], n) for n, r in records.items()), reverse=True)
     sections = [
         f"# Distillation study: profile `{cfg.name}`\n",
@@ -159,12 +276,17 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
         "## 1. Teachers\n", teachers_table(cfg, res),
         "## 2. Distilled training sets (analysis of the training targets)\n", decoding_table(cfg, res),
         "![complexity vs faithfulness](analysis/complexity_vs_faithfulness.png)\n",
-        "## 3. NAT students (test BLEU, sacrebleu on detokenized output; checkpoint chosen on valid loss)\n",
+        *([details, f"![detailed analysis]({paths['analysis_figure'].name})\n"] if details else []),
+        "## 3. NAT students (test BLEU, sacrebleu on detokenized output; checkpoint chosen on "
+        + ("validation BLEU" if cfg.student_training.bleu_every else "valid loss") + ")\n",
         students_table(cfg, res), f"![students vs teacher capacity]({paths['capacity_figure'].name})\n",
-        "## 4. Born-Again rounds\n", born_again_table(cfg, res),
-        "![born-again](born_again.png)\n" if cfg.born_again_rounds else "",
-        "## 5. Multi-modality (untagged en -> de/fr/cs)\n", modes_table(res),
-        "![mode mix](modes/mode_mix.png)\n" if cfg.modes else "",
+        *(["## Learning curves (validation BLEU every N updates; the checkpoint kept is the best)\n",
+           curves_table(cfg, res), f"![validation BLEU against updates]({paths['curves_figure'].name})\n"]
+          if curves else []),
+        *(["## 4. Born-Again rounds\n", born_again_table(cfg, res), "![born-again](born_again.png)\n"]
+          if cfg.born_again_rounds else []),
+        *(["## 5. Multi-modality (untagged en -> de/fr/cs)\n", modes_table(res), "![mode mix](modes/mode_mix.png)\n"]
+          if cfg.modes else []),
         "## Step wall times\n",
         _table(["step", "wall (s)"], [[n, f"{w:.0f}"] for w, n in walls]),
     ]

@@ -1,0 +1,50 @@
+"""Surface statistics of a tokenised corpus side: word types and tokens, and the share of sentences in which
+some n-gram occurs twice (a teacher that loops writes "a man a man ..."; a fluent caption rarely repeats a
+bigram).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class SurfaceStats:
+    types: int
+    tokens: int
+    repeated: dict[int, float]  # n -> share of sentences with a repeated n-gram
+
+    def as_dict(self) -> dict:
+        return {"types": self.types, "tokens": self.tokens,
+                "repeated_ngram_share": {str(n): share for n, share in self.repeated.items()}}
+
+
+def surface_stats(lines: list[str], ns: list[int]) -> SurfaceStats:
+    """``lines``: tokenised sentences (tokens separated by spaces)."""
+    tokens = [line.split() for line in lines]
+    lengths = np.array([len(t) for t in tokens], dtype=np.int64)
+    vocabulary, ids = np.unique(np.array([w for t in tokens for w in t], dtype=object), return_inverse=True)
+    ids = ids.astype(np.int64)
+    sentence = np.repeat(np.arange(len(tokens)), lengths)
+    return SurfaceStats(len(vocabulary), int(lengths.sum()),
+                        {n: _repeated_share(ids, sentence, len(vocabulary), n, len(tokens)) for n in ns})
+
+
+def _repeated_share(ids: np.ndarray, sentence: np.ndarray, vocab: int, n: int, sentences: int) -> float:
+    """Share of sentences in which one n-gram starts at two positions."""
+    if n < 1:
+        raise ValueError(f"n-gram order must be >= 1, not {n}")
+    if vocab ** n >= 2 ** 63:
+        raise ValueError(f"{n}-grams over {vocab} types do not fit one 64-bit code")
+    starts = np.arange(len(ids) - n + 1)
+    if not sentences or not len(starts):
+        return 0.0 if sentences else float("nan")
+    inside = sentence[starts] == sentence[starts + n - 1]  # the n-gram does not cross a sentence boundary
+    starts = starts[inside]
+    code = np.zeros(len(starts), dtype=np.int64)
+    for k in range(n):
+        code = code * vocab + ids[starts + k]
+    order = np.lexsort((code, sentence[starts]))
+    same = (np.diff(code[order]) == 0) & (np.diff(sentence[starts][order]) == 0)
+    return len(np.unique(sentence[starts][order][1:][same])) / sentences

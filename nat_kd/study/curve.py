@@ -1,0 +1,93 @@
+"""Training with a validation-BLEU learning curve: fairseq-train in chunks of ``bleu_every`` updates, the
+validation set decoded after each chunk, the checkpoint with the best validation BLEU kept, and an early stop
+once ``patience`` measurements in a row bring no new best.
+
+Why chunks and not fairseq's ``--eval-bleu --patience``: the NAT students' task (translation_lev) scores
+validation by loss only, and one mechanism serves teachers and students alike, with the very BLEU the study
+reports (sacrebleu on detokenized output against the raw references). fairseq-train resumes each chunk from
+checkpoint_last.pt with its optimizer, learning-rate schedule and place in the data, and seeds every update
+by its number, so the chunks follow the path of one uninterrupted run. curve.json is rewritten after every
+measurement: a killed run resumes in the chunk it was in.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from nat_kd import atomic
+
+from .config import Training
+
+BEST = "checkpoint_bleu_best.pt"
+
+
+def checkpoint_updates(path: Path) -> int:
+    """How many updates a fairseq checkpoint has done."""
+    import torch
+
+    import fairseq_plugins.checkpoint_safety  # noqa: F401  (puts fairseq's Namespace on torch's allow-list)
+
+    return int(torch.load(path, map_location="cpu", mmap=True)["optimizer_history"][-1]["num_updates"])
+
+
+def chunk_ends(training: Training) -> list[int]:
+    """The update counts after which validation BLEU is measured: every ``bleu_every``, and the last one."""
+    return sorted(set(range(training.bleu_every, training.updates, training.bleu_every)) | {training.updates})
+
+
+def best_point(curve: list[dict]) -> dict | None:
+    """The first measurement with the highest BLEU (an equal score later is no improvement)."""
+    return max(curve, key=lambda p: p["valid_bleu"], default=None) if curve else None
+
+
+def out_of_patience(curve: list[dict], patience: int) -> bool:
+    best = best_point(curve)
+    return bool(patience and best is not None and len(curve) - 1 - curve.index(best) >= patience)
+
+
+def _copy_atomically(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+def train_with_curve(save_dir: Path, training: Training, train: Callable[[Training], Path],
+                     valid_bleu: Callable[[Path, Path], dict]) -> dict:
+    """Train to ``training.updates`` in chunks; ``train(training)`` runs fairseq-train up to
+    ``training.updates`` (resuming from checkpoint_last.pt), ``valid_bleu(checkpoint, hypotheses_file)``
+    decodes the validation set and returns ``jobs.bleu``'s dict. Returns the best checkpoint, the curve and
+    where it stopped; the best checkpoint's validation hypotheses are in ``save_dir/valid.best.hyp``."""
+    save_dir.mkdir(parents=True, exist_ok=True)
+    curve_path, last, best_hyps = save_dir / "curve.json", save_dir / "checkpoint_last.pt", save_dir / "valid.best.hyp"
+    curve = json.loads(curve_path.read_text(encoding="utf-8")) if curve_path.is_file() else []
+    for end in chunk_ends(training):
+        if out_of_patience(curve, training.patience):
+            break
+        if any(p["updates"] == end for p in curve):
+            continue  # measured before the run was killed
+        done = checkpoint_updates(last) if last.is_file() else 0
+        if done > end:
+            raise RuntimeError(f"{last} has {done} updates, past the next measurement at {end}; delete "
+                               f"{save_dir} to train this model again")
+        started = time.perf_counter()
+        if done < end:  # fairseq-train would take one more update even at its budget
+            train(replace(training, updates=end))
+        trained = time.perf_counter() - started
+        score = valid_bleu(last, save_dir / "valid.last.hyp")
+        best = best_point(curve)
+        if best is None or score["bleu"] > best["valid_bleu"]:  # copied before the curve names it the best, so a kill in between only repeats the copy
+            _copy_atomically(last, save_dir / BEST)
+            _copy_atomically(save_dir / "valid.last.hyp", best_hyps)
+        curve.append({"updates": end, "valid_bleu": score["bleu"], "train_seconds": round(trained, 1),
+                      "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
+        atomic.write_json(curve_path, curve)
+    best = best_point(curve)
+    return {"checkpoint": str(save_dir / BEST), "curve": curve, "best_updates": best["updates"],
+            "valid_bleu": best["valid_bleu"],
+            "valid_hypotheses": str(best_hyps), "updates_trained": curve[-1]["updates"],
+            "stopped_early": curve[-1]["updates"] < training.updates}
