@@ -355,3 +355,56 @@ def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
     assert [p["updates"] for p in result["curve"]] == [2, 4, 6] and result["best_updates"] == 6
     calls.clear()
     assert train_with_curve(tmp_path, budget, train, valid)["curve"] == result["curve"] and calls == []
+
+
+# ------------------------------------------------------------------ kd-effect profile in miniature, end to end
+
+
+def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys):
+    from nat_kd.study.__main__ import main
+
+    out = tmp_path / "kd"
+    assert main(["kd-effect-micro", "--out", str(out)]) == 0
+    results = out / "results"
+    text = (results / "results.md").read_text()
+    steps = json.loads((results / "results.json").read_text())["steps"]
+    cfg = study_config.load("kd-effect-micro")
+    assert set(steps) == {s.name for s in build_plan(cfg, results)}
+    for figure in ["validation_bleu_curves.png", "complexity_faithfulness_detailed.png",
+                   "analysis/complexity_vs_faithfulness.png"]:
+        assert (results / figure).stat().st_size > 10_000, figure
+    sets = ["real", "converged.beam", "weak.beam"]
+    # students: a test BLEU in every cell, a curve for every student, chosen on validation BLEU
+    for data in sets:
+        cells = [f"{steps[f'student.{f}.{data}']['result']['test_bleu']:.2f}" for f in cfg.student_families]
+        assert f"| {data} | {' | '.join(cells)} |" in text
+        for family in cfg.student_families:
+            r = steps[f"student.{family}.{data}"]["result"]
+            assert [p["updates"] for p in r["curve"]] == [1] and r["checkpoint"].endswith("checkpoint_bleu_best.pt")
+            assert f"| {family} on {data} | {r['valid_bleu']:.2f} | 1 | 1 | no |" in text
+    teacher = steps["teacher.converged"]["result"]
+    updates = [p["updates"] for p in teacher["curve"]]
+    assert updates == list(range(1, len(updates) + 1)) and updates[-1] == teacher["updates_trained"] <= 2
+    assert teacher["valid_bleu"] == max(p["valid_bleu"] for p in teacher["curve"])
+    assert "curve" not in steps["teacher.weak"]["result"]  # the main job's teacher: fairseq's best checkpoint
+    # the detailed analysis: a filled row per set in each of its three tables
+    rows = {r["name"]: r for r in steps["analysis"]["result"]["rows"]}
+    assert set(rows) == set(sets)
+    real = rows["real"]
+    assert all(f == pytest.approx(0.0, abs=1e-9) for f in real["faithfulness_floors"].values())
+    assert real["missing_mass"] == 0.0 and real["faithfulness_interpolated"] > 0  # interpolation costs the real data too
+    from nat_kd.tokenizers import get_tokenizer
+
+    sources = (Path(steps["prepare"]["result"]["dir"]) / "raw" / "train.en").read_text().splitlines()
+    source_types = {w for line in get_tokenizer("13a", lowercase=True).corpus(sources) for w in line.split()}
+    assert sum(b["words"] for b in real["complexity_buckets"]) == len(source_types)  # each word in one bucket
+    for title in ["C(d) by source-word frequency", "F(d) against the smoothing", "The targets' surface"]:
+        section = text.split(title, 1)[1].split("###", 1)[0]
+        for name in sets:
+            line = next(l for l in section.splitlines() if l.startswith(f"| {name} |"))
+            assert "| - |" not in line, line
+    capsys.readouterr()
+    assert main(["kd-effect-micro", "--out", str(out), "--list"]) == 0
+    assert capsys.readouterr().out.split().count("done") == len(steps)
+    assert main(["kd-effect-micro", "--out", str(out)]) == 0
+    assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
