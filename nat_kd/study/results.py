@@ -128,6 +128,12 @@ def born_again_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
+def bleu_signatures(res: dict) -> str:
+    """sacrebleu's signature of the BLEU figures above (one, unless the records come from different versions)."""
+    signatures = sorted({r["bleu_signature"] for r in res.values() if r.get("bleu_signature")})
+    return "".join(f"BLEU signature: `{s}`\n" for s in signatures)
+
+
 def trained_models(cfg: StudyConfig) -> list[tuple[str, str]]:
     """(step, label) of every teacher and student, in plan order."""
     return ([(f"teacher.{t.name}", f"teacher {t.name}") for t in cfg.teachers]
@@ -279,7 +285,8 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
         *([details, f"![detailed analysis]({paths['analysis_figure'].name})\n"] if details else []),
         "## 3. NAT students (test BLEU, sacrebleu on detokenized output; checkpoint chosen on "
         + ("validation BLEU" if cfg.student_training.bleu_every else "valid loss") + ")\n",
-        students_table(cfg, res), f"![students vs teacher capacity]({paths['capacity_figure'].name})\n",
+        students_table(cfg, res), bleu_signatures(res),
+        f"![students vs teacher capacity]({paths['capacity_figure'].name})\n",
         *(["## Learning curves (validation BLEU every N updates; the checkpoint kept is the best)\n",
            curves_table(cfg, res), f"![validation BLEU against updates]({paths['curves_figure'].name})\n"]
           if curves else []),
