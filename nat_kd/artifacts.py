@@ -22,24 +22,26 @@ def _read_json(path: Path) -> dict:
 
 
 @dataclass(frozen=True)
-class BinarizedData:
-    """A fairseq-binarized folder, as fairseq-preprocess writes it (and fairseq-train reads it)."""
-
-    dir: Path
+class _Folder:
+    root: Path
 
     def __post_init__(self):
-        object.__setattr__(self, "dir", Path(self.dir))
+        object.__setattr__(self, "root", Path(self.root))
+
+
+class BinarizedData(_Folder):
+    """A fairseq-binarized folder, as fairseq-preprocess writes it (and fairseq-train reads it)."""
 
     def dictionary(self, lang: str) -> Path:
-        return self.dir / f"dict.{lang}.txt"
+        return self.root / f"dict.{lang}.txt"
 
     def prefix(self, split: str, src: str, tgt: str, lang: str) -> Path:
         """SPLIT.SRC-TGT.LANG, the stem of the .bin/.idx pair holding one side of one split."""
-        return self.dir / f"{split}.{src}-{tgt}.{lang}"
+        return self.root / f"{split}.{src}-{tgt}.{lang}"
 
     def split_files(self, src: str, tgt: str) -> list[Path]:
         """Every .bin/.idx file of the pair, sorted."""
-        return [f for f in sorted(self.dir.glob(f"*.{src}-{tgt}.*")) if f.suffix in (".bin", ".idx")]
+        return [f for f in sorted(self.root.glob(f"*.{src}-{tgt}.*")) if f.suffix in (".bin", ".idx")]
 
     @staticmethod
     def split_of(file: Path) -> str:
@@ -47,14 +49,8 @@ class BinarizedData:
         return file.name.split(".")[0]
 
 
-@dataclass(frozen=True)
-class PreparedCorpus:
+class PreparedCorpus(_Folder):
     """nat_kd.prepare's output folder; its module docstring says what each file holds."""
-
-    root: Path
-
-    def __post_init__(self):
-        object.__setattr__(self, "root", Path(self.root))
 
     @property
     def manifest_file(self) -> Path:
@@ -93,14 +89,8 @@ class PreparedCorpus:
         return config["src"], config["tgt"]
 
 
-@dataclass(frozen=True)
-class DistilledSet:
+class DistilledSet(_Folder):
     """nat_kd.generate_distilled's output folder (docs/generate_distilled.md lists what each file holds)."""
-
-    root: Path
-
-    def __post_init__(self):
-        object.__setattr__(self, "root", Path(self.root))
 
     @property
     def meta_file(self) -> Path:

@@ -20,40 +20,39 @@ from .sizes import SIZES, sized_architecture
 class StudentFamily:
     fairseq_model: str
     family_defaults: object
-    description: str
     train_flags: tuple  # task/model flags the family needs when training
     decode_flags: tuple  # fairseq-generate flags for its decoding
 
 
 STUDENT_FAMILIES = {
+    # vanilla NAT (Gu et al. 2018): one parallel pass, target length predicted from the encoder
     "nat": StudentFamily(
         "nonautoregressive_transformer", nat_base_architecture,
-        "vanilla NAT (Gu et al. 2018): one parallel pass, target length predicted from the encoder",
         ("--noise", "full_mask", "--pred-length-offset", "--length-loss-factor", "0.1"),
         ("--iter-decode-max-iter", "0"),
     ),
+    # iterative NAT (Lee et al. 2018): refines its own output, trained with denoising steps
     "inat": StudentFamily(
         "iterative_nonautoregressive_transformer", inat_base_architecture,
-        "iterative NAT (Lee et al. 2018): refines its own output, trained with denoising steps",
         ("--noise", "full_mask", "--pred-length-offset", "--length-loss-factor", "0.1",
          "--train-step", "4", "--dae-ratio", "0.5", "--stochastic-approx"),
         ("--iter-decode-max-iter", "9"),
     ),
+    # insertion transformer (Stern et al. 2019): parallel insertions into a growing sequence (uses libnat)
     "inst": StudentFamily(
         "insertion_transformer", insertion_base_architecture,
-        "insertion transformer (Stern et al. 2019): parallel insertions into a growing sequence (uses libnat)",
         ("--noise", "random_delete"),
         ("--iter-decode-max-iter", "9"),
     ),
+    # CMLM / Mask-Predict (Ghazvininejad et al. 2019): re-predicts its least confident tokens
     "cmlm": StudentFamily(
         "cmlm_transformer", cmlm_base_architecture,
-        "CMLM / Mask-Predict (Ghazvininejad et al. 2019): re-predicts its least confident tokens",
         ("--noise", "random_mask", "--pred-length-offset", "--length-loss-factor", "0.1"),
         ("--iter-decode-max-iter", "9"),
     ),
+    # Levenshtein transformer (Gu et al. 2019): deletion and insertion edits (uses libnat)
     "levt": StudentFamily(
         "levenshtein_transformer", levenshtein_base_architecture,
-        "Levenshtein transformer (Gu et al. 2019): deletion and insertion edits (uses libnat)",
         ("--noise", "random_delete"),
         ("--iter-decode-max-iter", "9", "--iter-decode-eos-penalty", "0"),
     ),

@@ -1,9 +1,12 @@
 """Re-decode a corpus with a teacher into a distilled training set (sequence-level KD).
 
-    python -m nat_kd.generate_distilled --teacher runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \\
+    python -m nat_kd.generate_distilled --teacher-path runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \\
         --prepared data/multi30k.en-de.spm8000 --split train --strategy beam --beam 5 \\
         --out runs/multi30k.en-de/distill/beam5
 
+Teacher: --teacher-path A.pt[:B.pt...] (several make an ensemble), with --teacher-data DIR if its dictionaries
+are not in the data folder recorded in the checkpoint (the same options as the word_kd criteria and
+nat_kd.teacher_topk; --teacher A.pt [B.pt ...] and --dict-dir still work, deprecated).
 Corpus: --prepared DIR (nat_kd.prepare output: bin/, raw/, spm.model), or --data BIN (fairseq-binarized) or
 --source FILE (raw text), with --spm-model and, for the report and seq-inter, --reference FILE.
 Output (written atomically): SPLIT.SRC (the source), SPLIT.TGT (the distilled targets, detokenized), both
@@ -21,20 +24,27 @@ unreadable checkpoints and dictionaries that do not match the teacher are errors
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
-from pathlib import Path
 
-from .chunk_store import ProgressError
-from .corpus import CorpusError
+from nat_kd import cli
+from nat_kd.artifacts import PreparedCorpus
+from nat_kd.corpus import CorpusError
+
 from .decoding import STRATEGIES, DecodingSettings
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m nat_kd.generate_distilled", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", nargs="+", required=True, metavar="CHECKPOINT",
-                   help="teacher checkpoint; several make an ensemble")
+    teacher = p.add_argument_group("teacher")
+    checkpoints = teacher.add_mutually_exclusive_group(required=True)
+    checkpoints.add_argument("--teacher-path", metavar="CHECKPOINT[:CHECKPOINT...]",
+                             help="teacher checkpoint; several, colon-separated, make an ensemble")
+    checkpoints.add_argument("--teacher", nargs="+", metavar="CHECKPOINT", help="deprecated: --teacher-path A:B")
+    dictionaries = teacher.add_mutually_exclusive_group()
+    dictionaries.add_argument("--teacher-data", metavar="DIR", help="folder with the teacher's dict.LANG.txt "
+                              "(default: the data folder recorded in the checkpoint)")
+    dictionaries.add_argument("--dict-dir", metavar="DIR", help="deprecated: --teacher-data")
     corpus = p.add_argument_group("corpus")
     corpus.add_argument("--prepared", help="nat_kd.prepare output folder: sets --data DIR/bin, --spm-model "
                         "DIR/spm.model, --source/--reference DIR/raw/SPLIT.{SRC,TGT} unless given")
@@ -44,8 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "for the BLEU/chrF in meta.json)")
     corpus.add_argument("--split", default="train", help="split name (default: train)")
     corpus.add_argument("--spm-model", help="sentencepiece model (encodes raw sources, detokenizes outputs)")
-    corpus.add_argument("--dict-dir", help="folder with the teacher's dict.LANG.txt (default: the data folder "
-                        "recorded in the checkpoint)")
     dec = p.add_argument_group("decoding")
     d = DecodingSettings()
     dec.add_argument("--strategy", default=d.strategy, choices=list(STRATEGIES))
@@ -63,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--name", help="name recorded in meta.json (default: the output folder's name)")
     run.add_argument("--max-tokens", type=int, default=12000,
                      help="tokens per batch, source or reference, whichever is longer (default: fairseq-generate's "
-                          "own; on 2 CPU cores it decoded 6,000 Multi30k sentences 1-6%% faster than 3000)")
+                          "own; docs/generate_distilled.md compares batch sizes)")
     run.add_argument("--max-sentences", type=int, default=None, help="sentences per batch")
     run.add_argument("--chunk-sentences", type=int, default=500, help="sentences per saved progress chunk")
     run.add_argument("--num-shards", type=int, default=None, help="default: $WORLD_SIZE (torchrun), else 1")
@@ -76,31 +84,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def teacher_options(args) -> tuple[list[str], str | None]:
+    """(checkpoints, dictionary folder) from --teacher-path/--teacher-data or their deprecated spellings."""
+    from fairseq_plugins.teacher import split_paths
+
+    for old, new in (("teacher", "--teacher-path A.pt[:B.pt...]"), ("dict_dir", "--teacher-data DIR")):
+        if getattr(args, old) is not None:
+            print(f"warning: --{old.replace('_', '-')} is deprecated; use {new}", file=sys.stderr)
+    return split_paths(args.teacher_path or args.teacher), args.teacher_data or args.dict_dir
+
+
 def config_from_args(args):
-    from .distill import DistillConfig
+    from .pipeline import DistillConfig
 
     data, source, reference, spm_model = args.data, args.source, args.reference, args.spm_model
     if args.prepared:
-        import json
-
-        prepared = Path(args.prepared)
-        manifest = json.loads((prepared / "manifest.json").read_text()) if (prepared / "manifest.json").is_file() else {}
-        src, tgt = manifest.get("config", {}).get("src"), manifest.get("config", {}).get("tgt")
-        if not (src and tgt):
-            raise CorpusError(f"{prepared} has no manifest.json naming its languages; is it nat_kd.prepare output?")
-        data = data or str(prepared / "bin")
-        spm_model = spm_model or str(prepared / "spm.model")
-        source = source or str(prepared / "raw" / f"{args.split}.{src}")
-        reference = reference or str(prepared / "raw" / f"{args.split}.{tgt}")
+        prepared = PreparedCorpus(args.prepared)
+        src, tgt = prepared.language_pair()
+        data = data or str(prepared.bin.root)
+        spm_model = spm_model or str(prepared.spm_model)
+        source = source or str(prepared.raw(args.split, src))
+        reference = reference or str(prepared.raw(args.split, tgt))
     if not spm_model:
         raise CorpusError("pass --spm-model (or --prepared): it detokenizes the teacher's output")
+    teachers, dict_dir = teacher_options(args)
     settings = DecodingSettings(
         strategy=args.strategy, beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
         max_len_b=args.max_len_b, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         seed=args.seed, seq_inter_metric=args.seq_inter_metric)
     return DistillConfig(
-        teachers=args.teacher, out_dir=args.out, spm_model=spm_model, split=args.split, source=source,
-        data_dir=data, reference=reference, dict_dir=args.dict_dir, decoding=settings, name=args.name,
+        teachers=teachers, out_dir=args.out, spm_model=spm_model, split=args.split, source=source,
+        data_dir=data, reference=reference, dict_dir=dict_dir, decoding=settings, name=args.name,
         max_tokens=args.max_tokens, max_sentences=args.max_sentences, chunk_sentences=args.chunk_sentences,
         num_shards=args.num_shards, shard_id=args.shard_id, merge_only=args.merge, workers=args.workers,
         threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar)
@@ -108,20 +122,19 @@ def config_from_args(args):
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(name)s | %(message)s")
-    from .distill import distill
-    from .teacher import TeacherError
+    cli.setup_logging()
 
-    try:
+    def body() -> int:
+        from .pipeline import distill
+
         result = distill(config_from_args(args))
-    except (CorpusError, TeacherError, ProgressError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if result.complete:
-        scores = result.meta.get("scores", {})
-        print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {result.meta['strategy']}"
-              + (f", BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} vs reference" if scores else ""))
-    return 0
+        if result.complete:
+            scores = result.meta.get("scores", {})
+            print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {result.meta['strategy']}"
+                  + (f", BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} vs reference" if scores else ""))
+        return 0
+
+    return cli.run(body)
 
 
 if __name__ == "__main__":
