@@ -109,9 +109,13 @@ class DistilledSet(_Folder):
         """One side, detokenized, line-aligned with the input: the source as given, or the distilled targets."""
         return self.root / f"{split}.{lang}"
 
+    @property
+    def pieces_dir(self) -> Path:
+        return self.root / "spm"
+
     def pieces(self, split: str, lang: str) -> Path:
         """The same as sentencepiece pieces (the teacher's own tokens)."""
-        return self.root / "spm" / f"{split}.{lang}"
+        return self.pieces_dir / f"{split}.{lang}"
 
     def meta(self) -> dict | None:
         """meta.json, or None while the set is not complete."""

@@ -67,7 +67,7 @@ def write_output(out_dir: Path, *, split: str, src: str, tgt: str, source_text: 
         raise AssertionError("distilled output is not line-aligned with the source; this is a bug")
     with atomic.building_directory(out_dir) as work:
         distilled = DistilledSet(work)
-        distilled.pieces(split, src).parent.mkdir()
+        distilled.pieces_dir.mkdir()
         for lang, text, pieces in ((src, source_text, source_pieces), (tgt, target_text, target_pieces)):
             distilled.text(split, lang).write_text(_lines(text), encoding="utf-8")
             distilled.pieces(split, lang).write_text(_lines(pieces), encoding="utf-8")

@@ -94,7 +94,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
         "files": {"source": out.text(cfg.split, teacher.source_lang).name,
                   "target": out.text(cfg.split, teacher.target_lang).name,
-                  "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces(cfg.split, teacher.source_lang).parent.name}/"},
+                  "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/"},
     }
     write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
                  source_text=corpus.source_text, source_tokens=corpus.source_tokens,
