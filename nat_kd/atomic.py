@@ -9,20 +9,31 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+@contextmanager
+def replacing(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; on success it is renamed onto ``path``, on failure removed.
+
+    For writers that open the file themselves (matplotlib, numpy). The temporary name ends with ``path``'s
+    suffix, so a writer that picks its format by the file name picks the right one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield Path(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8, ``\\n`` line ends) to a temporary file beside ``path``, then rename it into place."""
+    with replacing(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
 
 
 def write_json(path: str | os.PathLike, data) -> None:
@@ -46,3 +57,10 @@ def building_directory(final: str | os.PathLike):
         os.replace(final, old)
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_stale_builds(final: str | os.PathLike) -> None:
+    """Remove what ``building_directory(final)`` left beside ``final`` when its process was killed mid-write."""
+    final = Path(final)
+    for stale in final.parent.glob(f".{final.name}.*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)

@@ -10,13 +10,14 @@ import gzip
 import os
 from pathlib import Path
 
+from .errors import NatKdError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data" / "multi30k"
 LANGUAGES = ("en", "de", "fr", "cs")
-SPLITS = ("train", "val", "test_2016_flickr")
 
 
-class CorpusError(ValueError):
+class CorpusError(NatKdError):
     """Bad input data: the message names the file, the line and the fix."""
 
 

@@ -1,29 +1,24 @@
 """The report's figures: complexity versus faithfulness (the study's main figure) and the mode mix."""
 from __future__ import annotations
 
+import math
 import os
-import tempfile
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on a training machine
 import matplotlib.pyplot as plt  # noqa: E402
 
+from nat_kd import atomic  # noqa: E402
+
 
 def save_figure(fig, path: str | os.PathLike) -> None:
     """savefig to a temp file beside ``path``, then rename: never a half-written image."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(handle)
     try:
-        fig.savefig(tmp, dpi=150, bbox_inches="tight")
-        os.replace(tmp, path)
+        with atomic.replacing(path) as tmp:
+            fig.savefig(tmp, dpi=150, bbox_inches="tight")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def plot_complexity_faithfulness(rows: list[dict], path: str | os.PathLike, unit: str = "nats") -> None:
@@ -47,7 +42,7 @@ def plot_mode_mix(rows: list[dict], languages: list[str], path: str | os.PathLik
     names = [row["name"] for row in rows]
     bottom = [0.0] * len(rows)
     for lang in languages:
-        share = [0.0 if row["mode_mix"][lang] != row["mode_mix"][lang] else row["mode_mix"][lang] for row in rows]
+        share = [0.0 if math.isnan(row["mode_mix"][lang]) else row["mode_mix"][lang] for row in rows]
         ax.bar(names, share, bottom=bottom, label=lang)
         bottom = [b + s for b, s in zip(bottom, share)]
     for i, total in enumerate(bottom):

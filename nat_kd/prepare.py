@@ -13,15 +13,15 @@ Output (default ``data/multi30k.SRC-TGT.spmV``), with fairseq's split names trai
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import logging
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import atomic
+from . import atomic, cli
+from .artifacts import PreparedCorpus
 from .corpus import LANGUAGES, PROJECT_ROOT, CorpusError, data_dir, read_parallel, split_file
+from .hashing import sha256_file, sha256_json
 
 # Bump when the preparation itself changes, so that old outputs are rebuilt.
 PREPARE_VERSION = 1
@@ -54,10 +54,6 @@ class PrepareConfig:
         return PROJECT_ROOT / "data" / f"multi30k.{self.src}-{self.tgt}.spm{self.vocab_size}{limit}"
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def load_split(raw_dir: Path, split: str, cfg: PrepareConfig, limit: int | None = None):
     """(source, target, target-language) lines of a split; for mix, one pair per target language, interleaved."""
     per_lang = []
@@ -79,19 +75,18 @@ def fingerprint(raw_dir: Path, cfg: PrepareConfig) -> tuple[str, dict]:
     for split in FAIRSEQ_SPLITS:
         for lang in (cfg.src, *cfg.target_languages):
             path = split_file(raw_dir, split, lang)
-            inputs[path.name] = _sha256(path)
-    key = json.dumps({"config": asdict(cfg), "version": PREPARE_VERSION, "inputs": inputs}, sort_keys=True)
-    return hashlib.sha256(key.encode()).hexdigest(), inputs
+            inputs[path.name] = sha256_file(path)
+    return sha256_json({"config": asdict(cfg), "version": PREPARE_VERSION, "inputs": inputs}), inputs
 
 
 def is_up_to_date(out_dir: Path, key: str, cfg: PrepareConfig) -> bool:
-    manifest = out_dir / "manifest.json"
-    if not manifest.is_file():
-        return False
+    prepared = PreparedCorpus(out_dir)
     try:
-        return json.loads(manifest.read_text())["fingerprint"] == key and (out_dir / "bin" / f"dict.{cfg.src}.txt").exists()
-    except (ValueError, KeyError):
+        manifest = prepared.manifest()
+    except CorpusError:  # a damaged manifest: rebuild
         return False
+    return (manifest is not None and manifest.get("fingerprint") == key
+            and prepared.bin.dictionary(cfg.src).exists())
 
 
 def _write_lines(path: Path, lines) -> None:
@@ -99,11 +94,12 @@ def _write_lines(path: Path, lines) -> None:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-def train_sentencepiece(lines: list[str], prefix: Path, cfg: PrepareConfig, threads: int):
+def train_sentencepiece(lines: list[str], model: Path, cfg: PrepareConfig, threads: int):
+    """Train into ``model`` (NAME.model, beside it NAME.vocab)."""
     import sentencepiece as spm
 
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_prefix=str(prefix), vocab_size=cfg.vocab_size,
+        sentence_iterator=iter(lines), model_prefix=str(model.with_suffix("")), vocab_size=cfg.vocab_size,
         model_type=cfg.spm_model_type, character_coverage=1.0, num_threads=threads,
         # a soft limit: tiny slices (tests) cannot fill a large vocabulary, and that is not an error
         hard_vocab_limit=False,
@@ -111,18 +107,18 @@ def train_sentencepiece(lines: list[str], prefix: Path, cfg: PrepareConfig, thre
         bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0,
         minloglevel=2,
     )
-    return spm.SentencePieceProcessor(model_file=f"{prefix}.model")
+    return spm.SentencePieceProcessor(model_file=str(model))
 
 
-def binarize(work: Path, cfg: PrepareConfig, workers: int) -> None:
+def binarize(prepared: PreparedCorpus, cfg: PrepareConfig, workers: int) -> None:
     """fairseq's own preprocessing, with one dictionary joined over source and target."""
     from fairseq import options
     from fairseq_cli import preprocess
 
     args = options.get_preprocessing_parser().parse_args([
         "--source-lang", cfg.src, "--target-lang", cfg.tgt,
-        "--trainpref", str(work / "spm" / "train"), "--validpref", str(work / "spm" / "valid"),
-        "--testpref", str(work / "spm" / "test"), "--destdir", str(work / "bin"),
+        "--trainpref", str(prepared.pieces_prefix("train")), "--validpref", str(prepared.pieces_prefix("valid")),
+        "--testpref", str(prepared.pieces_prefix("test")), "--destdir", str(prepared.bin.root),
         "--joined-dictionary", "--workers", str(workers),
     ])
     preprocess.main(args)
@@ -139,21 +135,22 @@ def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int = 2, fo
 
     logger.info("preparing %s-%s from %s into %s", cfg.src, cfg.tgt, raw_dir, out_dir)
     with atomic.building_directory(out_dir) as work:
+        prepared = PreparedCorpus(work)
         counts, splits = {}, {}
         for split, name in FAIRSEQ_SPLITS.items():
             limit = cfg.train_limit if split == "train" else None
             splits[name] = load_split(raw_dir, split, cfg, limit)
             counts[name] = len(splits[name][0])
-        sp = train_sentencepiece(splits["train"][0] + splits["train"][1], work / "spm", cfg, workers)
+        sp = train_sentencepiece(splits["train"][0] + splits["train"][1], prepared.spm_model, cfg, workers)
         for name, (sources, targets, langs) in splits.items():
             for lang, lines in ((cfg.src, sources), (cfg.tgt, targets)):
-                _write_lines(work / "raw" / f"{name}.{lang}", lines)
-                _write_lines(work / "spm" / f"{name}.{lang}", (" ".join(p) for p in sp.encode(lines, out_type=str)))
+                _write_lines(prepared.raw(name, lang), lines)
+                _write_lines(prepared.pieces(name, lang), (" ".join(p) for p in sp.encode(lines, out_type=str)))
             if cfg.tgt == MIX:
-                _write_lines(work / f"{name}.lang", langs)
-        binarize(work, cfg, workers)
-        dictionary_size = sum(1 for _ in open(work / "bin" / f"dict.{cfg.src}.txt", encoding="utf-8"))
-        atomic.write_json(work / "manifest.json", {
+                _write_lines(prepared.languages_file(name), langs)
+        binarize(prepared, cfg, workers)
+        dictionary_size = sum(1 for _ in open(prepared.bin.dictionary(cfg.src), encoding="utf-8"))
+        atomic.write_json(prepared.manifest_file, {
             "fingerprint": key, "config": asdict(cfg), "prepare_version": PREPARE_VERSION,
             "raw_dir": str(raw_dir), "inputs_sha256": inputs, "sentences": counts,
             "sentencepiece_pieces": sp.get_piece_size(), "fairseq_dictionary_entries": dictionary_size,
@@ -175,15 +172,14 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(name)s | %(message)s")
-    try:
+    cli.setup_logging()
+
+    def body() -> int:
         cfg = PrepareConfig(args.src, args.tgt, args.vocab_size, args.spm_model_type, args.train_limit)
-        out = prepare(cfg, args.data_dir, args.out_dir, args.workers, args.force)
-    except CorpusError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(out)
-    return 0
+        print(prepare(cfg, args.data_dir, args.out_dir, args.workers, args.force))
+        return 0
+
+    return cli.run(body)
 
 
 if __name__ == "__main__":

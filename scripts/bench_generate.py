@@ -1,6 +1,6 @@
 """Benchmark nat_kd.generate_distilled against plain fairseq-generate (beam search, CPU).
 
-    nice python scripts/bench_generate.py --teacher runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \
+    nice python scripts/bench_generate.py --teacher-path runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \
         --prepared data/multi30k.en-de.spm8000 --split train --beam 5 --repeats 2
 
 Both decoders run end to end as separate processes (start-up, model loading, decoding, writing: what a user
@@ -12,7 +12,6 @@ machine's load, and how many sentences fairseq-generate returns with its default
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -23,6 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from nat_kd.artifacts import DistilledSet, PreparedCorpus  # noqa: E402
 
 
 def run(cmd: list[str], log: Path) -> float:
@@ -45,21 +46,21 @@ def hypotheses(generate_log: Path) -> dict[int, str]:
     return out
 
 
-def subset(prepared: Path, split: str, limit: int, work: Path, src: str, tgt: str) -> Path:
+def subset(prepared: PreparedCorpus, split: str, limit: int, work: Path, src: str, tgt: str) -> Path:
     """The first ``limit`` sentences of a split, binarized with the prepared dictionary (quick runs)."""
     for lang in (src, tgt):
-        lines = (prepared / "spm" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:limit]
+        lines = prepared.pieces(split, lang).read_text(encoding="utf-8").splitlines()[:limit]
         (work / f"sub.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     run([sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt,
          "--trainpref", str(work / "sub"), "--destdir", str(work / "bin"),
-         "--srcdict", str(prepared / "bin" / f"dict.{src}.txt"), "--tgtdict", str(prepared / "bin" / f"dict.{tgt}.txt"),
+         "--srcdict", str(prepared.bin.dictionary(src)), "--tgtdict", str(prepared.bin.dictionary(tgt)),
          "--workers", "2"], work / "preprocess.log")
     return work / "bin"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--teacher", required=True)
+    p.add_argument("--teacher-path", "--teacher", dest="teacher", required=True, help="teacher checkpoint")
     p.add_argument("--prepared", required=True, help="nat_kd.prepare output folder")
     p.add_argument("--split", default="train")
     p.add_argument("--limit", type=int, default=None, help="only the first N sentences (quick check)")
@@ -73,11 +74,10 @@ def main() -> None:
     p.add_argument("--skip-default-count", action="store_true")
     args = p.parse_args()
 
-    prepared = Path(args.prepared)
-    manifest = json.loads((prepared / "manifest.json").read_text())
-    src, tgt = manifest["config"]["src"], manifest["config"]["tgt"]
+    prepared = PreparedCorpus(args.prepared)
+    src, tgt = prepared.language_pair()
     work = Path(tempfile.mkdtemp(prefix="bench_generate."))
-    split, data = args.split, prepared / "bin"
+    split, data = args.split, prepared.bin.root
     if args.limit:
         data, split = subset(prepared, args.split, args.limit, work, src, tgt), "train"
     common = ["--beam", str(args.beam), "--lenpen", str(args.lenpen), "--max-len-a", "0",
@@ -85,8 +85,8 @@ def main() -> None:
     fairseq = [sys.executable, "-m", "fairseq_cli.generate", str(data), "--user-dir", "fairseq_plugins",
                "--task", "translation", "--gen-subset", split, "--path", args.teacher, "--nbest", "1",
                "--source-lang", src, "--target-lang", tgt, *common]
-    ours = [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher", args.teacher, "--data", str(data),
-            "--split", split, "--spm-model", str(prepared / "spm.model"), "--dict-dir", str(prepared / "bin"),
+    ours = [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", args.teacher, "--data", str(data),
+            "--split", split, "--spm-model", str(prepared.spm_model), "--teacher-data", str(prepared.bin.root),
             "--strategy", "beam", "--workers", str(args.workers), "--no-progress-bar", *common]
 
     times = {"fairseq-generate": [], "nat_kd": []}
@@ -100,11 +100,11 @@ def main() -> None:
               f" (1-min load average before: {load:.2f})", flush=True)
 
     ref = hypotheses(work / "fairseq.0.log")
-    ours_pieces = (work / "ours.0" / "spm" / f"{split}.{tgt}").read_text(encoding="utf-8").splitlines()
+    ours_pieces = DistilledSet(work / "ours.0").pieces(split, tgt).read_text(encoding="utf-8").splitlines()
     n = len(ours_pieces)
     differing = [i for i in range(n) if ref.get(i) != ours_pieces[i]]
-    same_across_repeats = all((work / f"ours.{r}" / f"{split}.{tgt}").read_bytes()
-                              == (work / "ours.0" / f"{split}.{tgt}").read_bytes() for r in range(args.repeats))
+    same_across_repeats = all(DistilledSet(work / f"ours.{r}").text(split, tgt).read_bytes()
+                              == DistilledSet(work / "ours.0").text(split, tgt).read_bytes() for r in range(args.repeats))
     best = {k: min(v) for k, v in times.items()}
     print(f"\nsentences: {n}; cores: {os.cpu_count()}; load average now: {os.getloadavg()}")
     for name, values in times.items():
@@ -115,7 +115,7 @@ def main() -> None:
     print(f"hypotheses identical to fairseq-generate: {n - len(differing)}/{n}"
           + (f" (differ at ids {differing[:10]})" if differing else "")
           + f"; fairseq-generate returned {len(ref)}; ours identical across repeats: {same_across_repeats}")
-    meta = json.loads((work / "ours.0" / "meta.json").read_text())
+    meta = DistilledSet(work / "ours.0").meta()
     print(f"ours: {meta['sentences']} lines for {n} inputs; decode-only {meta['timing']['sentences_per_second']} "
           f"sent/s with {meta['timing']['workers']} worker(s)")
     translated = re.search(r"Translated ([\d,]+) sentences .* in ([\d.]+)s \(([\d.]+) sentences/s",

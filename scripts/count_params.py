@@ -9,11 +9,11 @@ import logging
 logging.basicConfig(level=logging.WARNING)  # before fairseq: it would otherwise turn on DEBUG logging
 
 import fairseq_plugins  # noqa: E402,F401
-from fairseq_plugins.models.counting import count_parameters  # noqa: E402
-from fairseq_plugins.models.students import STUDENT_ARCHS, STUDENT_FAMILIES  # noqa: E402
-from fairseq_plugins.models.teachers import TEACHER_ARCHS  # noqa: E402
+from fairseq_plugins.counting import count_parameters  # noqa: E402
+from fairseq_plugins.models.nat import STUDENT_ARCHS, STUDENT_FAMILIES  # noqa: E402
+from fairseq_plugins.models.transformer import TRANSFORMER_ARCHS  # noqa: E402
 
-TEACHER_FLAGS = "--task translation --criterion label_smoothed_cross_entropy --label-smoothing 0.1"
+TRANSFORMER_FLAGS = "--task translation --criterion label_smoothed_cross_entropy --label-smoothing 0.1"
 
 
 def main():
@@ -23,7 +23,7 @@ def main():
     args = parser.parse_args()
     print(f"| architecture | params (Multi30k, {args.multi30k_vocab} types) | params (40k) | training flags |")
     print("|---|---:|---:|---|")
-    rows = [(arch, TEACHER_FLAGS) for arch in TEACHER_ARCHS]
+    rows = [(arch, TRANSFORMER_FLAGS) for arch in TRANSFORMER_ARCHS]
     for arch, (family, _) in STUDENT_ARCHS.items():
         flags = " ".join(("--task translation_lev --criterion nat_loss", *STUDENT_FAMILIES[family].train_flags))
         rows.append((arch, flags))

@@ -49,7 +49,7 @@ fairseq-generate "$BIN" --user-dir fairseq_plugins --task translation --gen-subs
 tail -n 1 "$TEACHER/valid.generate.txt"
 
 echo "== 4/5 distil the training set with the teacher (beam 5)"
-python -m nat_kd.generate_distilled --teacher "$TEACHER/checkpoint_best.pt" --prepared "$DATA" \
+python -m nat_kd.generate_distilled --teacher-path "$TEACHER/checkpoint_best.pt" --prepared "$DATA" \
   --split train --strategy beam --beam 5 --out "$RUN_DIR/distill/beam5"
 
 echo "== 5/5 analyse the real and the distilled training data"

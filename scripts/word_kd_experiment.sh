@@ -41,7 +41,7 @@ need_distilled() {
   if [ ! -f "$DISTILL/bin/train.$SRC-$TGT.$TGT.bin" ]; then
     echo "== distilling the training set ($DISTILL_STRATEGY)"
     /usr/bin/time -f "%e wall_s %U user_s %S sys_s" -o "$OUT/distill.time" nice python -m nat_kd.generate_distilled \
-      --teacher "$TEACHER" --prepared "$DATA" --split train --strategy "$DISTILL_STRATEGY" --beam 5 --out "$DISTILL" \
+      --teacher-path "$TEACHER" --prepared "$DATA" --split train --strategy "$DISTILL_STRATEGY" --beam 5 --out "$DISTILL" \
       --no-progress-bar 2>&1 | grep -v -i warn | tail -n 5
   fi
   local lines

@@ -2,10 +2,10 @@
 import pytest
 
 import fairseq_plugins  # noqa: F401  (registers the architectures)
-from fairseq_plugins.models.counting import count_parameters
+from fairseq_plugins.counting import count_parameters
 from fairseq_plugins.models.sizes import SIZES
-from fairseq_plugins.models.students import STUDENT_ARCHS, STUDENT_FAMILIES
-from fairseq_plugins.models.teachers import TEACHER_ARCHS
+from fairseq_plugins.models.nat import STUDENT_ARCHS, STUDENT_FAMILIES
+from fairseq_plugins.models.transformer import TRANSFORMER_ARCHS
 
 PAPER_TEACHER_PARAMS = {"tiny": 16e6, "small": 37e6, "base": 65e6, "big": 218e6}
 
@@ -34,7 +34,7 @@ def test_hand_computed_tiny_teacher():
 
 
 def test_every_size_registered_for_teachers_and_each_student_family():
-    assert set(TEACHER_ARCHS) == {f"kd_transformer_{s}" for s in SIZES}
+    assert set(TRANSFORMER_ARCHS) == {f"kd_transformer_{s}" for s in SIZES}
     assert set(STUDENT_ARCHS) == {f"kd_{f}_{s}" for f in STUDENT_FAMILIES for s in SIZES}
 
 
@@ -52,7 +52,7 @@ def test_vanilla_nat_adds_exactly_its_length_embedding():
 
 
 def test_command_line_size_flags_override_the_architecture():
-    from fairseq_plugins.models.counting import build_model
+    from fairseq_plugins.counting import build_model
 
     model = build_model("kd_transformer_tiny", 100, encoder_layers=1, decoder_layers=1)
     assert len(model.encoder.layers) == 1 and len(model.decoder.layers) == 1

@@ -5,8 +5,8 @@ import pytest
 import torch
 from fairseq.data import Dictionary
 
-from nat_kd.decoding import STRATEGIES, DecodingSettings, build_strategy
-from nat_kd.decoding.sampling import (ReproducibleSampling, filter_top_k, filter_top_p, fmix32, inverse_cdf,
+from nat_kd.distill.decoding import STRATEGIES, DecodingSettings, build_strategy
+from nat_kd.distill.decoding.sampling import (ReproducibleSampling, filter_top_k, filter_top_p, fmix32, inverse_cdf,
                                       uniform_draws)
 
 

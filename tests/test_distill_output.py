@@ -4,8 +4,8 @@ from pathlib import Path
 import torch
 from fairseq.data import Dictionary
 
-from nat_kd.distill_corpus import load_binarized, token_strings
-from nat_kd.distill_output import binarize
+from nat_kd.distill.output import binarize
+from nat_kd.distill.source import load_binarized, token_strings
 
 
 def real_tokens(tiny_en_de: Path, dictionary: Dictionary) -> list[torch.Tensor]:

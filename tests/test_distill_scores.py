@@ -1,7 +1,7 @@
 """meta.json's BLEU and chrF, summed chunk by chunk from sacrebleu's statistics, against corpus_score."""
 import sacrebleu
 
-from nat_kd.distill_scores import scores, statistics
+from nat_kd.distill.scores import scores, statistics
 
 
 def test_chunked_scores_equal_sacrebleus_corpus_score(tiny_en_de):

@@ -8,7 +8,7 @@ import torch
 from conftest import MICRO_MODEL, ROOT, run_fairseq
 
 import fairseq_plugins  # noqa: F401  (safe checkpoint loading)
-from fairseq_plugins.models.students import STUDENT_FAMILIES
+from fairseq_plugins.models.nat import STUDENT_FAMILIES
 
 COMMON = ("--user-dir", ROOT / "fairseq_plugins", "--required-batch-size-multiple", "1", "--seed", "1",
           "--no-progress-bar", "--log-format", "simple", "--cpu")

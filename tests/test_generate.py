@@ -14,12 +14,12 @@ import sacrebleu
 import torch
 
 from conftest import MICRO_MODEL, ROOT
-from nat_kd.chunk_store import ChunkStore, ProgressError, plan_chunks, shard_from_env
+from nat_kd.distill.progress import ChunkStore, ProgressError, plan_chunks, shard_from_env
 from nat_kd.corpus import CorpusError
-from nat_kd.decoding import DecodingSettings
+from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.distill import DistillConfig, distill
 from nat_kd.generate_distilled import main
-from nat_kd.teacher import TeacherError
+from fairseq_plugins.teacher import TeacherError
 
 N_LINES = 48
 EMPTY_LINE = 5  # 1-based
@@ -266,8 +266,8 @@ def test_dictionary_that_does_not_match_is_an_error(teacher, tiny_en_de, tmp_pat
 def test_binarized_input_gives_the_same_hypotheses_as_raw_text(runs, teacher, tiny_en_de, tmp_path):
     """--data (fairseq-binarized) and --source (raw text) decode the same sentences to the same output."""
     from fairseq.data import Dictionary
-    from nat_kd.distill_corpus import load_binarized
-    from nat_kd.distill_output import binarize
+    from nat_kd.distill.output import binarize
+    from nat_kd.distill.source import load_binarized
 
     # the first valid sentences, binarized as fairseq-preprocess does (tests/test_distill_output.py)
     source = load_binarized(tiny_en_de / "bin", "valid", "en", "en-de",
@@ -309,9 +309,9 @@ def test_output_projection_runs_as_one_matrix_product_per_step(teacher, tiny_en_
     slower beam search on the CPU. The generator must keep fairseq-generate's single GEMM per step."""
     from torch.profiler import profile
 
-    from nat_kd.distill import _Session
+    from nat_kd.distill.workers import Session
 
-    session = _Session(config(teacher, tiny_en_de, corpus, tmp_path / "out", strategy="beam", beam=4))
+    session = Session(config(teacher, tiny_en_de, corpus, tmp_path / "out", strategy="beam", beam=4))
     vocab = len(session.teacher.tgt_dict)
     decoder = session.decoder()
     with profile(record_shapes=True) as prof:
@@ -337,12 +337,12 @@ def fairseq_generate_batches(task, split: str, max_tokens: int) -> list[list[int
 def test_batches_are_fairseq_generates_from_binarized_or_raw_input(teacher, tiny_en_de, tmp_path, split):
     """A hypothesis depends, in its last float bits, on the batch it is decoded in: only fairseq-generate's
     own batches (sorted by source, then reference length; max of the two counted) reproduce its output."""
-    from nat_kd.distill import _Session
+    from nat_kd.distill.workers import Session
 
     common = dict(teachers=[str(teacher)], spm_model=str(tiny_en_de / "spm.model"), split=split,
                   dict_dir=str(tiny_en_de / "bin"), max_tokens=300, workers=1, threads=1, progress_bar=False)
-    binarized = _Session(DistillConfig(out_dir=str(tmp_path / "b"), data_dir=str(tiny_en_de / "bin"), **common))
-    raw = _Session(DistillConfig(out_dir=str(tmp_path / "r"), source=str(tiny_en_de / "raw" / f"{split}.en"),
+    binarized = Session(DistillConfig(out_dir=str(tmp_path / "b"), data_dir=str(tiny_en_de / "bin"), **common))
+    raw = Session(DistillConfig(out_dir=str(tmp_path / "r"), source=str(tiny_en_de / "raw" / f"{split}.en"),
                                  reference=str(tiny_en_de / "raw" / f"{split}.de"), **common))
     expected = fairseq_generate_batches(binarized.teacher.task, split, 300)
     assert len(expected) > 20
@@ -373,14 +373,14 @@ def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, 
     """Tokens, scores and positional scores of every n-best hypothesis equal those of fairseq's EnsembleModel."""
     from fairseq.sequence_generator import EnsembleModel
 
-    from nat_kd.decoding.ensemble import LeanEnsembleModel
-    from nat_kd.distill import _Session
+    from nat_kd.distill.decoding.ensemble import LeanEnsembleModel
+    from nat_kd.distill.workers import Session
 
     cfg = config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam" if strategy == "ensemble" else strategy,
                  max_tokens=1100, max_sentences=8, **extra)
     if strategy == "ensemble":
         cfg.teachers = [str(teacher), str(teacher)]
-    session = _Session(cfg)
+    session = Session(cfg)
     generator = session.decoder().generator
     assert isinstance(generator.model, LeanEnsembleModel)
     results = {}
@@ -399,10 +399,10 @@ def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, 
 
 
 def test_lean_ensemble_skips_only_reorders_within_a_sentence(teacher, tiny_en_de, corpus, tmp_path):
-    from nat_kd.decoding.ensemble import LeanEnsembleModel
-    from nat_kd.distill import _Session
+    from nat_kd.distill.decoding.ensemble import LeanEnsembleModel
+    from nat_kd.distill.workers import Session
 
-    session = _Session(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam", beam=2))
+    session = Session(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam", beam=2))
     model = LeanEnsembleModel(list(session.teacher.models))
     model.set_decoder_beam_size(2)
     sample = session.dataset.collater([session.dataset[i] for i in (0, 1)])
@@ -416,3 +416,17 @@ def test_lean_ensemble_skips_only_reorders_within_a_sentence(teacher, tiny_en_de
     assert torch.equal(crossed[0]["encoder_out"][0][:, 0], expanded[0]["encoder_out"][0][:, 2])
     shrunk = model.reorder_encoder_out(crossed, torch.tensor([2, 3]))  # sentence 0 finished
     assert shrunk is not crossed and shrunk[0]["encoder_out"][0].size(1) == 2
+
+
+def test_distilled_set_names_every_file_the_generator_writes(runs):
+    from nat_kd.artifacts import DistilledSet
+
+    out = DistilledSet(runs["beam"])
+    meta = out.meta()
+    assert meta["strategy"] == "beam" and not out.progress_dir.exists()
+    assert meta["files"]["source"] == out.text("valid", "en").name and meta["files"]["target"] == out.text("valid", "de").name
+    named = {out.meta_file}
+    for lang in ("en", "de"):
+        named |= {out.text("valid", lang), out.pieces("valid", lang), out.bin.dictionary(lang),
+                  *(Path(f"{out.bin.prefix('valid', 'en', 'de', lang)}{ext}") for ext in (".bin", ".idx"))}
+    assert {p for p in out.root.rglob("*") if p.is_file()} == named

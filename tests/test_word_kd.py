@@ -9,7 +9,7 @@ import fairseq_plugins  # noqa: F401  (registers architectures and criteria, saf
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 from fairseq.data import Dictionary
 from fairseq_plugins.criterions.nat_word_kd import at_inputs_from_nat_sample
-from fairseq_plugins.teachers import TeacherError, check_same_dictionary, load_teachers
+from fairseq_plugins.teacher import TeacherEnsemble, TeacherError, check_same_dictionary
 from fairseq_plugins.criterions.word_kd import WordKDConfig, WordKDCriterion, soft_kl, word_kd_loss
 from nat_kd.teacher_topk import TopKError, compute_teacher_topk
 
@@ -87,7 +87,7 @@ def test_dictionary_mismatch_names_both_sizes_and_the_fix():
 
 def test_missing_teacher_checkpoint_is_named(tmp_path):
     with pytest.raises(TeacherError, match=r"nowhere\.pt does not exist.*--teacher-path"):
-        load_teachers(str(tmp_path / "nowhere.pt"))
+        TeacherEnsemble.load(str(tmp_path / "nowhere.pt"))
 
 
 # ---------------------------------------------------------------- with a micro teacher on a tiny slice
@@ -144,7 +144,7 @@ def random_student(task, checkpoint):
 
 def test_alpha_one_equals_fairseqs_label_smoothed_cross_entropy(tiny_en_de, micro_teacher):
     task, sample = translation_task_and_batch(tiny_en_de / "bin")
-    (student,), *_ = load_teachers(str(micro_teacher))  # any model will do; a fresh copy of the teacher here
+    (student,) = TeacherEnsemble.load(str(micro_teacher)).models  # any model will do; a fresh copy of the teacher here
     ours, _, log = kd_criterion(task, teacher_path=str(micro_teacher), kd_alpha=1.0, kd_temperature=2.0)(student, sample)
     fairseqs, _, _ = LabelSmoothedCrossEntropyCriterion(task, False, 0.1)(student, sample)
     assert ours.item() == pytest.approx(fairseqs.item(), rel=1e-6)
@@ -197,7 +197,7 @@ def test_gradients_reach_the_student_only(tiny_en_de, micro_teacher):
     task, sample = translation_task_and_batch(tiny_en_de / "bin")
     student = random_student(task, micro_teacher).train()
     criterion = kd_criterion(task, teacher_path=str(micro_teacher), kd_alpha=0.0, kd_temperature=2.0)
-    (teacher,) = criterion.teacher.teachers
+    (teacher,) = criterion.teacher.ensemble.models
     before = {k: v.clone() for k, v in teacher.state_dict().items()}
     optimizer = torch.optim.SGD(student.parameters(), lr=1.0)
     loss, _, _ = criterion(student, sample)
@@ -261,7 +261,7 @@ def test_fairseq_train_at_student_online_and_offline(tiny_en_de, micro_teacher, 
 
 @pytest.mark.parametrize("family", ["nat", "cmlm", "inat"])
 def test_fairseq_train_nat_student(tiny_en_de, micro_teacher, tmp_path, family):
-    from fairseq_plugins.models.students import STUDENT_FAMILIES
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
 
     meters = fairseq_train(tiny_en_de / "bin", "--task", "translation_lev", "--arch", f"kd_{family}_tiny",
                            *STUDENT_FAMILIES[family].train_flags, "--criterion", "nat_word_kd", *KD_FLAGS,

@@ -19,7 +19,7 @@ import torch
 from fairseq.criterions import register_criterion
 from fairseq.criterions.nat_loss import LabelSmoothedDualImitationCriterion, LabelSmoothedDualImitationCriterionConfig
 
-from fairseq_plugins.teachers import TeacherError
+from fairseq_plugins.teacher import TeacherError
 from .word_kd import TeacherSource, WordKDFields, log_agreement, soft_kl, teacher_top1
 
 

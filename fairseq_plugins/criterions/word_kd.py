@@ -26,11 +26,9 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from nat_kd.teacher_topk import TeacherTopK
+from fairseq_plugins.teacher import TeacherEnsemble, TeacherError
 
-from fairseq_plugins.teachers import TeacherError, load_teachers
-
-from .teachers import check_teacher_matches_student, move_teachers, teacher_log_probs
+from .topk import TeacherTopK
 
 
 @dataclass
@@ -103,17 +101,16 @@ class TeacherSource:
         if cfg.teacher_topk_path:
             self.topk = TeacherTopK(cfg.teacher_topk_path)
             self.topk.check_dictionary(task.target_dictionary)
-        self.teachers = ()
+        self.ensemble = None
         if cfg.teacher_path:
-            loaded = load_teachers(cfg.teacher_path, cfg.teacher_data)
-            for model, file in zip(loaded.models, cfg.teacher_path.split(":")):
+            ensemble = TeacherEnsemble.load(cfg.teacher_path, cfg.teacher_data)
+            for model, file in zip(ensemble.models, ensemble.paths):
                 if getattr(model.decoder, "adaptive_softmax", None) is not None:
                     raise TeacherError(f"teacher {file} uses an adaptive softmax, which word-level KD does not "
                                        "support (it needs the full distribution)")
-            check_teacher_matches_student(loaded.task, task, cfg.teacher_path)
-            for model in loaded.models:
-                model.requires_grad_(False)  # nothing may ever update a teacher
-            self.teachers = loaded.models
+            ensemble.check_dictionaries(task.source_dictionary, task.target_dictionary,
+                                        f"data {getattr(task.cfg, 'data', '?')}")
+            self.ensemble = ensemble.freeze()  # nothing may ever update a teacher
         self._placed = None
 
     def distributions(self, sample_ids, src_tokens, src_lengths, prev_output_tokens, target, pad: int,
@@ -122,7 +119,7 @@ class TeacherSource:
         B x L x K they belong to (None when K is the whole vocabulary). Offline mode reads the 'train' rows
         while training and 'valid' rows in evaluation; without a 'valid' split, validation runs online."""
         split = "train" if training else "valid"
-        if self.topk is not None and (training or self.topk.has_split(split) or not self.teachers):
+        if self.topk is not None and (training or self.topk.has_split(split) or self.ensemble is None):
             mask = target.ne(pad)
             index, lprobs = self.topk.lookup(split, sample_ids.cpu().numpy(), mask.sum(1).cpu().numpy())
             dense_lprobs = like.new_zeros((*target.shape, self.topk.k), dtype=torch.float32)
@@ -131,10 +128,10 @@ class TeacherSource:
             dense_index[mask] = torch.from_numpy(index).to(like.device)
             return dense_lprobs, dense_index
         placement = (like.device, like.dtype)
-        if self._placed != placement:
-            move_teachers(self.teachers, like)
+        if self._placed != placement:  # lazily: fairseq moves only the student
+            self.ensemble.to(like.device, like.dtype if like.is_floating_point() else None)
             self._placed = placement
-        return teacher_log_probs(self.teachers, src_tokens, src_lengths, prev_output_tokens), None
+        return self.ensemble.log_probs(src_tokens, src_lengths, prev_output_tokens), None
 
 
 @register_criterion("word_kd", dataclass=WordKDConfig)

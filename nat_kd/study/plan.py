@@ -22,7 +22,7 @@ def student_arch(family: str) -> str:
 
 
 def count_parameters(arch: str, shape: ModelShape, vocab_size: int) -> int:
-    from fairseq_plugins.models.counting import build_model
+    from fairseq_plugins.counting import build_model
 
     return sum(p.numel() for p in build_model(arch, vocab_size, **shape.overrides()).parameters())
 

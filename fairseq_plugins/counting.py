@@ -1,4 +1,7 @@
-"""Build any registered architecture on a vocabulary of a given size, without data, to count parameters."""
+"""Build any registered architecture on a vocabulary of a given size, without data, to count parameters.
+
+Outside models/: fairseq imports every module there as a model definition (--user-dir), and this is a tool.
+"""
 import argparse
 from types import SimpleNamespace
 

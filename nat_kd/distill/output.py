@@ -1,13 +1,11 @@
-"""Write the distilled corpus: text, sentencepiece pieces, a fairseq-binarized copy, meta.json; atomically."""
+"""Write the distilled set: text, sentencepiece pieces, a fairseq-binarized copy, meta.json; atomically."""
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 
-from . import atomic
-
-logger = logging.getLogger("nat_kd.generate_distilled")
+from nat_kd import atomic
+from nat_kd.artifacts import BinarizedData, DistilledSet
 
 
 def _lines(lines) -> str:
@@ -28,21 +26,22 @@ def write_indexed(prefix: Path, dictionary, items) -> None:
 def binarize(bin_dir: Path, split: str, src: str, tgt: str, dict_dir: Path, source_tokens: list,
              target_pieces: list[str]) -> None:
     """The binarized split with the teacher's dictionaries: byte for byte what fairseq-preprocess writes from
-    the spm/ files, built from what we hold instead of re-reading and re-encoding them (that took 5-7 s for the
-    29k training pairs). The source side is the token ids the teacher read (spm/ spells exactly these: no
-    EOS or BOS inside a sentence); target pieces are looked up as Dictionary.encode_line does (fairseq's
-    whitespace split, unknown pieces to <unk>, EOS appended), without its element-by-element tensor writes."""
+    the spm/ files, built from what we hold instead of re-reading and re-encoding them. The source side is the
+    token ids the teacher read (spm/ spells exactly these: no EOS or BOS inside a sentence); target pieces are
+    looked up as Dictionary.encode_line does (fairseq's whitespace split, unknown pieces to <unk>, EOS
+    appended), without its element-by-element tensor writes."""
     import torch
     from fairseq.data import Dictionary
     from fairseq.tokenizer import tokenize_line
 
-    bin_dir.mkdir()
-    src_dict, tgt_dict = (Dictionary.load(str(dict_dir / f"dict.{lang}.txt")) for lang in (src, tgt))
+    out, teacher_data = BinarizedData(bin_dir), BinarizedData(dict_dir)
+    out.root.mkdir()
+    src_dict, tgt_dict = (Dictionary.load(str(teacher_data.dictionary(lang))) for lang in (src, tgt))
     for lang, dictionary in ((src, src_dict), (tgt, tgt_dict)):
-        dictionary.save(str(bin_dir / f"dict.{lang}.txt"))  # as fairseq-preprocess saves them
-    write_indexed(bin_dir / f"{split}.{src}-{tgt}.{src}", src_dict, source_tokens)
+        dictionary.save(str(out.dictionary(lang)))  # as fairseq-preprocess saves them
+    write_indexed(out.prefix(split, src, tgt, src), src_dict, source_tokens)
     indices, unk, eos = tgt_dict.indices, tgt_dict.unk(), tgt_dict.eos()
-    write_indexed(bin_dir / f"{split}.{src}-{tgt}.{tgt}", tgt_dict,
+    write_indexed(out.prefix(split, src, tgt, tgt), tgt_dict,
                   (torch.IntTensor([indices.get(word, unk) for word in tokenize_line(line)] + [eos])
                    for line in target_pieces))
 
@@ -53,10 +52,10 @@ def copy_other_splits(data_dir: Path | None, bin_dir: Path, split: str, src: str
     if data_dir is None:
         return []
     copied = set()
-    for file in sorted(Path(data_dir).glob(f"*.{src}-{tgt}.*")):
-        name = file.name.split(".")[0]
-        if name != split and file.suffix in (".bin", ".idx"):
-            shutil.copyfile(file, bin_dir / file.name)
+    for file in BinarizedData(data_dir).split_files(src, tgt):
+        name = BinarizedData.split_of(file)
+        if name != split:
+            shutil.copyfile(file, Path(bin_dir) / file.name)
             copied.add(name)
     return sorted(copied)
 
@@ -67,11 +66,11 @@ def write_output(out_dir: Path, *, split: str, src: str, tgt: str, source_text: 
     if not (len(source_text) == len(source_pieces) == len(target_pieces) == len(target_text)):
         raise AssertionError("distilled output is not line-aligned with the source; this is a bug")
     with atomic.building_directory(out_dir) as work:
-        (work / f"{split}.{src}").write_text(_lines(source_text), encoding="utf-8")
-        (work / f"{split}.{tgt}").write_text(_lines(target_text), encoding="utf-8")
-        (work / "spm").mkdir()
-        (work / "spm" / f"{split}.{src}").write_text(_lines(source_pieces), encoding="utf-8")
-        (work / "spm" / f"{split}.{tgt}").write_text(_lines(target_pieces), encoding="utf-8")
-        binarize(work / "bin", split, src, tgt, dict_dir, source_tokens, target_pieces)
-        meta["files"]["original_splits_in_bin"] = copy_other_splits(data_dir, work / "bin", split, src, tgt)
-        atomic.write_json(work / "meta.json", meta)
+        distilled = DistilledSet(work)
+        distilled.pieces_dir.mkdir()
+        for lang, text, pieces in ((src, source_text, source_pieces), (tgt, target_text, target_pieces)):
+            distilled.text(split, lang).write_text(_lines(text), encoding="utf-8")
+            distilled.pieces(split, lang).write_text(_lines(pieces), encoding="utf-8")
+        binarize(distilled.bin.root, split, src, tgt, dict_dir, source_tokens, target_pieces)
+        meta["files"]["original_splits_in_bin"] = copy_other_splits(data_dir, distilled.bin.root, split, src, tgt)
+        atomic.write_json(distilled.meta_file, meta)

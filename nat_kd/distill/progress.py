@@ -14,10 +14,15 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import atomic
+from nat_kd import atomic
+from nat_kd.errors import NatKdError
 
 
-class ProgressError(ValueError):
+# Bump when a change makes old partial progress unusable.
+PROGRESS_VERSION = 2  # 2: batches as fairseq-generate's (reference lengths too)
+
+
+class ProgressError(NatKdError):
     """The saved progress does not fit this command, or a shard is missing."""
 
 

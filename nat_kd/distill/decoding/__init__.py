@@ -1,6 +1,4 @@
 """Decoding strategies for re-decoding a corpus with a teacher: beam, greedy, sampling, topk, topp, seq-inter."""
-from .base import DecodingStrategy
-from .registry import STRATEGIES, build_strategy
-from .settings import DecodingSettings
+from .strategies import STRATEGIES, DecodingSettings, DecodingStrategy, build_strategy
 
 __all__ = ["DecodingStrategy", "DecodingSettings", "STRATEGIES", "build_strategy"]

@@ -1,4 +1,4 @@
-"""The corpus to distil: source token ids in the teacher's dictionary, the source text, the references.
+"""The input of a distillation: source token ids in the teacher's dictionary, the source text, the references.
 
 Either raw text (encoded here with the sentencepiece model) or a fairseq-binarized split. Long sources are
 truncated to the teacher's maximum positions and empty sources decoded as they are; both are recorded
@@ -13,11 +13,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .corpus import CorpusError, read_lines
+from nat_kd.artifacts import BinarizedData
+from nat_kd.corpus import CorpusError, read_lines
 
 
 @dataclass
 class DistillCorpus:
+    """The corpus a teacher re-decodes (the input; the output is a nat_kd.artifacts.DistilledSet)."""
+
     source_tokens: list[torch.Tensor]  # each ends with EOS, at most the teacher's source positions long
     source_text: list[str]
     references: list[str] | None
@@ -66,9 +69,9 @@ def encode_text(lines: list[str], sp, dictionary) -> list[torch.Tensor]:
 def token_strings(dictionary, tokens: list[torch.Tensor]) -> list[str]:
     """``[dictionary.string(t) for t in tokens]`` in one pass over all tokens at once.
 
-    Dictionary.string walks each tensor element by element in Python (3.3 s for the 29k training
-    sentences); here the ids are gathered once, mapped through ``dictionary.symbols`` by numpy and only
-    the joins stay per sentence. Same result: EOS and BOS are left out, as Dictionary.string does.
+    Dictionary.string walks each tensor element by element in Python; here the ids are gathered once, mapped
+    through ``dictionary.symbols`` by numpy and only the joins stay per sentence. Same result: EOS and BOS are
+    left out, as Dictionary.string does.
     """
     if not tokens:
         return []
@@ -82,16 +85,17 @@ def token_strings(dictionary, tokens: list[torch.Tensor]) -> list[str]:
     return [" ".join(words[start:end]) for start, end in zip([0] + ends[:-1], ends)]
 
 
-def _binarized(data_dir: Path, split: str, lang: str, pair: str, dictionary):
+def _binarized(prefix: Path, dictionary):
     from fairseq.data import data_utils
 
-    return data_utils.load_indexed_dataset(str(data_dir / f"{split}.{pair}.{lang}"), dictionary)
+    return data_utils.load_indexed_dataset(str(prefix), dictionary)
 
 
 def load_binarized(data_dir: Path, split: str, lang: str, pair: str, dictionary) -> list[torch.Tensor]:
-    dataset = _binarized(data_dir, split, lang, pair, dictionary)
+    """One side (``lang``) of a binarized split of language pair ``pair`` (SRC-TGT)."""
+    prefix = BinarizedData(data_dir).prefix(split, *pair.split("-"), lang)
+    dataset = _binarized(prefix, dictionary)
     if dataset is None:
-        prefix = data_dir / f"{split}.{pair}.{lang}"
         raise CorpusError(f"no binarized {split} data for {pair} in {data_dir} (looked for {prefix}.bin/.idx); "
                           "check --data and --split")
     return [dataset[i].long() for i in range(len(dataset))]
@@ -102,12 +106,11 @@ def reference_sizes(*, teacher, sp, split: str, data_dir: str | None, references
     """Each reference's length in target tokens, EOS included, as fairseq-preprocess would store it: from the
     binarized target side when there is one, else from the raw references through sentencepiece; None when
     there are no references (batches then follow the source alone)."""
-    pair = f"{teacher.source_lang}-{teacher.target_lang}"
     if data_dir:
-        dataset = _binarized(Path(data_dir), split, teacher.target_lang, pair, teacher.tgt_dict)
+        prefix = BinarizedData(data_dir).prefix(split, teacher.source_lang, teacher.target_lang, teacher.target_lang)
+        dataset = _binarized(prefix, teacher.tgt_dict)
         if dataset is not None:
-            _check_count("binarized target", Path(data_dir) / f"{split}.{pair}.{teacher.target_lang}",
-                         len(dataset), count, "the source")
+            _check_count("binarized target", prefix, len(dataset), count, "the source")
             return np.asarray(dataset.sizes, dtype=np.int64)
     if references is None:
         return None

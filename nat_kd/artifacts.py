@@ -1,0 +1,122 @@
+"""The toolkit's on-disk artefacts, each file named once: a prepared corpus, a fairseq-binarized folder, and a
+distilled set. Code that reads or writes one of them asks these types for the path instead of building it.
+
+    PreparedCorpus(DIR)   nat_kd.prepare's output: raw/, spm/, spm.model, bin/, manifest.json
+    BinarizedData(DIR)    fairseq-preprocess's layout: dict.LANG.txt, SPLIT.SRC-TGT.LANG.{bin,idx}
+    DistilledSet(DIR)     nat_kd.generate_distilled's output: SPLIT.LANG, spm/, bin/, meta.json
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .corpus import CorpusError
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise CorpusError(f"{path}:{err.lineno}: invalid JSON ({err.msg}); rebuild that folder") from None
+
+
+@dataclass(frozen=True)
+class _Folder:
+    root: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "root", Path(self.root))
+
+
+class BinarizedData(_Folder):
+    """A fairseq-binarized folder, as fairseq-preprocess writes it (and fairseq-train reads it)."""
+
+    def dictionary(self, lang: str) -> Path:
+        return self.root / f"dict.{lang}.txt"
+
+    def prefix(self, split: str, src: str, tgt: str, lang: str) -> Path:
+        """SPLIT.SRC-TGT.LANG, the stem of the .bin/.idx pair holding one side of one split."""
+        return self.root / f"{split}.{src}-{tgt}.{lang}"
+
+    def split_files(self, src: str, tgt: str) -> list[Path]:
+        """Every .bin/.idx file of the pair, sorted."""
+        return [f for f in sorted(self.root.glob(f"*.{src}-{tgt}.*")) if f.suffix in (".bin", ".idx")]
+
+    @staticmethod
+    def split_of(file: Path) -> str:
+        """The split a .bin/.idx file belongs to."""
+        return file.name.split(".")[0]
+
+
+class PreparedCorpus(_Folder):
+    """nat_kd.prepare's output folder; its module docstring says what each file holds."""
+
+    @property
+    def manifest_file(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def spm_model(self) -> Path:
+        return self.root / "spm.model"
+
+    @property
+    def bin(self) -> BinarizedData:
+        return BinarizedData(self.root / "bin")
+
+    def raw(self, split: str, lang: str) -> Path:
+        """The raw (detokenized) text of one side of a split, e.g. the references for BLEU."""
+        return self.root / "raw" / f"{split}.{lang}"
+
+    def pieces_prefix(self, split: str) -> Path:
+        """spm/SPLIT, the prefix fairseq-preprocess reads (--trainpref and the like)."""
+        return self.root / "spm" / split
+
+    def pieces(self, split: str, lang: str) -> Path:
+        return self.root / "spm" / f"{split}.{lang}"
+
+    def languages_file(self, split: str) -> Path:
+        """(mix only) the true language of each target line."""
+        return self.root / f"{split}.lang"
+
+    def manifest(self) -> dict | None:
+        return _read_json(self.manifest_file) if self.manifest_file.is_file() else None
+
+    def language_pair(self) -> tuple[str, str]:
+        config = (self.manifest() or {}).get("config", {})
+        if not (config.get("src") and config.get("tgt")):
+            raise CorpusError(f"{self.root} has no manifest.json naming its languages; is it nat_kd.prepare output?")
+        return config["src"], config["tgt"]
+
+
+class DistilledSet(_Folder):
+    """nat_kd.generate_distilled's output folder (docs/generate_distilled.md lists what each file holds)."""
+
+    @property
+    def meta_file(self) -> Path:
+        return self.root / "meta.json"
+
+    @property
+    def bin(self) -> BinarizedData:
+        return BinarizedData(self.root / "bin")
+
+    @property
+    def progress_dir(self) -> Path:
+        """OUT.partial/, beside the set: the chunks decoded so far (removed once the set is complete)."""
+        return self.root.with_name(self.root.name + ".partial")
+
+    def text(self, split: str, lang: str) -> Path:
+        """One side, detokenized, line-aligned with the input: the source as given, or the distilled targets."""
+        return self.root / f"{split}.{lang}"
+
+    @property
+    def pieces_dir(self) -> Path:
+        return self.root / "spm"
+
+    def pieces(self, split: str, lang: str) -> Path:
+        """The same as sentencepiece pieces (the teacher's own tokens)."""
+        return self.pieces_dir / f"{split}.{lang}"
+
+    def meta(self) -> dict | None:
+        """meta.json, or None while the set is not complete."""
+        return _read_json(self.meta_file) if self.meta_file.is_file() else None

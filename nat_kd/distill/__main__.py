@@ -1,0 +1,141 @@
+"""Re-decode a corpus with a teacher into a distilled training set (sequence-level KD).
+
+    python -m nat_kd.generate_distilled --teacher-path runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \\
+        --prepared data/multi30k.en-de.spm8000 --split train --strategy beam --beam 5 \\
+        --out runs/multi30k.en-de/distill/beam5
+
+Teacher: --teacher-path A.pt[:B.pt...] (several make an ensemble), with --teacher-data DIR if its dictionaries
+are not in the data folder recorded in the checkpoint (the same options as the word_kd criteria and
+nat_kd.teacher_topk; --teacher A.pt [B.pt ...] and --dict-dir still work, deprecated).
+Corpus: --prepared DIR (nat_kd.prepare output: bin/, raw/, spm.model), or --data BIN (fairseq-binarized) or
+--source FILE (raw text), with --spm-model and, for the report and seq-inter, --reference FILE.
+Output (written atomically): SPLIT.SRC (the source), SPLIT.TGT (the distilled targets, detokenized), both
+line-aligned with the input; spm/ (pieces); bin/ (fairseq-binarized with the teacher's dictionaries, ready
+for fairseq-train); meta.json (teacher, strategy, every setting, counts, BLEU/chrF vs reference, timing).
+Progress is saved in OUT.partial/ chunk by chunk: rerun the same command after a crash to finish.
+Sharding: --num-shards N --shard-id K (or torchrun's RANK/WORLD_SIZE); the last shard to finish merges,
+or run the same command with --merge.
+
+Recorded, documented behaviour for odd input: sources longer than the teacher's maximum positions are
+decoded truncated (meta.json: truncated_source_lines); empty source lines are decoded as they are (an
+EOS-only source; meta.json: empty_source_lines). Invalid UTF-8, line-count mismatches, missing or
+unreadable checkpoints and dictionaries that do not match the teacher are errors (exit status 2).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nat_kd import cli
+from nat_kd.artifacts import PreparedCorpus
+from nat_kd.corpus import CorpusError
+
+from .decoding import STRATEGIES, DecodingSettings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m nat_kd.generate_distilled", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    teacher = p.add_argument_group("teacher")
+    checkpoints = teacher.add_mutually_exclusive_group(required=True)
+    checkpoints.add_argument("--teacher-path", metavar="CHECKPOINT[:CHECKPOINT...]",
+                             help="teacher checkpoint; several, colon-separated, make an ensemble")
+    checkpoints.add_argument("--teacher", nargs="+", metavar="CHECKPOINT", help="deprecated: --teacher-path A:B")
+    dictionaries = teacher.add_mutually_exclusive_group()
+    dictionaries.add_argument("--teacher-data", metavar="DIR", help="folder with the teacher's dict.LANG.txt "
+                              "(default: the data folder recorded in the checkpoint)")
+    dictionaries.add_argument("--dict-dir", metavar="DIR", help="deprecated: --teacher-data")
+    corpus = p.add_argument_group("corpus")
+    corpus.add_argument("--prepared", help="nat_kd.prepare output folder: sets --data DIR/bin, --spm-model "
+                        "DIR/spm.model, --source/--reference DIR/raw/SPLIT.{SRC,TGT} unless given")
+    corpus.add_argument("--data", help="fairseq-binarized folder with SPLIT.SRC-TGT.SRC.{bin,idx}")
+    corpus.add_argument("--source", help="raw source text (one sentence a line)")
+    corpus.add_argument("--reference", help="raw reference targets, line-aligned (needed by seq-inter, and "
+                        "for the BLEU/chrF in meta.json)")
+    corpus.add_argument("--split", default="train", help="split name (default: train)")
+    corpus.add_argument("--spm-model", help="sentencepiece model (encodes raw sources, detokenizes outputs)")
+    dec = p.add_argument_group("decoding")
+    d = DecodingSettings()
+    dec.add_argument("--strategy", default=d.strategy, choices=list(STRATEGIES))
+    dec.add_argument("--beam", type=int, default=d.beam, help="beam size (beam); K-best size (seq-inter)")
+    dec.add_argument("--lenpen", type=float, default=d.lenpen, help="length penalty (beam, seq-inter)")
+    dec.add_argument("--max-len-a", type=float, default=d.max_len_a)
+    dec.add_argument("--max-len-b", type=int, default=d.max_len_b, help="max output length a*src_len+b")
+    dec.add_argument("--temperature", type=float, default=d.temperature, help="sampling, topk, topp")
+    dec.add_argument("--top-k", type=int, default=d.top_k, help="k for topk")
+    dec.add_argument("--top-p", type=float, default=d.top_p, help="p for topp (nucleus)")
+    dec.add_argument("--seed", type=int, default=d.seed, help="sampling seed (per sentence: seed + index)")
+    dec.add_argument("--seq-inter-metric", default=d.seq_inter_metric, choices=["bleu", "chrf"])
+    run = p.add_argument_group("output and running")
+    run.add_argument("--out", required=True, help="output folder")
+    run.add_argument("--name", help="name recorded in meta.json (default: the output folder's name)")
+    run.add_argument("--max-tokens", type=int, default=12000,
+                     help="tokens per batch, source or reference, whichever is longer (default: fairseq-generate's "
+                          "own; docs/generate_distilled.md compares batch sizes)")
+    run.add_argument("--max-sentences", type=int, default=None, help="sentences per batch")
+    run.add_argument("--chunk-sentences", type=int, default=500, help="sentences per saved progress chunk")
+    run.add_argument("--num-shards", type=int, default=None, help="default: $WORLD_SIZE (torchrun), else 1")
+    run.add_argument("--shard-id", type=int, default=None, help="default: $RANK (torchrun), else 0")
+    run.add_argument("--merge", action="store_true", help="only merge the shards (all must be complete)")
+    run.add_argument("--workers", type=int, default=0, help="decoding processes (default: one per core)")
+    run.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: cores/workers)")
+    run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
+    run.add_argument("--no-progress-bar", action="store_true")
+    return p
+
+
+def teacher_options(args) -> tuple[list[str], str | None]:
+    """(checkpoints, dictionary folder) from --teacher-path/--teacher-data or their deprecated spellings."""
+    from fairseq_plugins.teacher import split_paths
+
+    for old, new in (("teacher", "--teacher-path A.pt[:B.pt...]"), ("dict_dir", "--teacher-data DIR")):
+        if getattr(args, old) is not None:
+            print(f"warning: --{old.replace('_', '-')} is deprecated; use {new}", file=sys.stderr)
+    return split_paths(args.teacher_path or args.teacher), args.teacher_data or args.dict_dir
+
+
+def config_from_args(args):
+    from .pipeline import DistillConfig
+
+    data, source, reference, spm_model = args.data, args.source, args.reference, args.spm_model
+    if args.prepared:
+        prepared = PreparedCorpus(args.prepared)
+        src, tgt = prepared.language_pair()
+        data = data or str(prepared.bin.root)
+        spm_model = spm_model or str(prepared.spm_model)
+        source = source or str(prepared.raw(args.split, src))
+        reference = reference or str(prepared.raw(args.split, tgt))
+    if not spm_model:
+        raise CorpusError("pass --spm-model (or --prepared): it detokenizes the teacher's output")
+    teachers, dict_dir = teacher_options(args)
+    settings = DecodingSettings(
+        strategy=args.strategy, beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        seed=args.seed, seq_inter_metric=args.seq_inter_metric)
+    return DistillConfig(
+        teachers=teachers, out_dir=args.out, spm_model=spm_model, split=args.split, source=source,
+        data_dir=data, reference=reference, dict_dir=dict_dir, decoding=settings, name=args.name,
+        max_tokens=args.max_tokens, max_sentences=args.max_sentences, chunk_sentences=args.chunk_sentences,
+        num_shards=args.num_shards, shard_id=args.shard_id, merge_only=args.merge, workers=args.workers,
+        threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    cli.setup_logging()
+
+    def body() -> int:
+        from .pipeline import distill
+
+        result = distill(config_from_args(args))
+        if result.complete:
+            scores = result.meta.get("scores", {})
+            print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {result.meta['strategy']}"
+                  + (f", BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} vs reference" if scores else ""))
+        return 0
+
+    return cli.run(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

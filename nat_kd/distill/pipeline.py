@@ -1,0 +1,158 @@
+"""Library API of seq-KD data generation: ``distill(DistillConfig(...)) -> DistillResult``.
+
+Plan: load the teacher(s) and the corpus, batch it as fairseq does (sorted by length, by tokens, nothing
+dropped), group batches into chunks, decode the chunks this shard owns (in worker processes, one per core,
+each saving its chunk atomically), then -- once every chunk of every shard is there -- merge them into the
+output directory. ``python -m nat_kd.distill`` (or ``nat_kd.generate_distilled``) is the command line.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nat_kd import __version__, atomic
+from nat_kd.artifacts import DistilledSet
+from nat_kd.errors import SettingsError
+
+from .decoding import DecodingSettings
+from .output import write_output
+from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
+from .scores import scores
+from .source import token_strings
+from .workers import Session, choose_device, decode_pending, parallelism
+
+logger = logging.getLogger("nat_kd.generate_distilled")
+
+
+@dataclass
+class DistillConfig:
+    teachers: list[str]
+    out_dir: str
+    spm_model: str
+    split: str = "train"
+    source: str | None = None  # raw source text (encoded with spm_model), or the source text of --data
+    data_dir: str | None = None  # fairseq-binarized folder holding SPLIT.SRC-TGT.SRC.{bin,idx}
+    reference: str | None = None  # raw reference targets, line-aligned with the source
+    dict_dir: str | None = None  # the teacher's dictionaries (default: the folder it was trained on)
+    decoding: DecodingSettings = field(default_factory=DecodingSettings)
+    name: str | None = None  # recorded in meta.json (default: the output folder's name)
+    max_tokens: int = 12000  # fairseq-generate's default
+    max_sentences: int | None = None
+    chunk_sentences: int = 500
+    num_shards: int | None = None  # default: torchrun's WORLD_SIZE, else 1
+    shard_id: int | None = None  # default: torchrun's RANK, else 0
+    merge_only: bool = False
+    workers: int = 0  # decoding processes on this machine; 0: one per available core (CPU), 1 on GPU
+    threads: int = 0  # torch threads per worker; 0: cores / workers
+    device: str = "auto"  # "cpu", "cuda", or auto
+    progress_bar: bool = True
+
+
+@dataclass
+class DistillResult:
+    out_dir: Path
+    complete: bool  # False: this shard is done but others are not; merge later
+    meta: dict | None = None
+
+
+def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float) -> dict:
+    cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
+    store.check_complete(len(chunks), num_shards)
+    out_dir = Path(cfg.out_dir)
+    atomic.remove_stale_builds(out_dir)  # left by a merge killed mid-write
+    pieces: list[str | None] = [None] * len(corpus)
+    target_text: list[str | None] = [None] * len(corpus)
+    statistics, decode_seconds = [], 0.0
+    for index in range(len(chunks)):
+        result = store.load(index)
+        decode_seconds += result["seconds"]
+        if "statistics" in result:
+            statistics.append(result["statistics"])
+        for sentence_id, piece_line, text in zip(result["ids"], result["pieces"], result["text"]):
+            pieces[sentence_id], target_text[sentence_id] = piece_line, text
+    lost = [i + 1 for i, p in enumerate(pieces) if p is None]
+    if lost:
+        raise ProgressError(f"{len(lost)} sentences have no output (lines {lost[:10]}...); delete {store.dir} "
+                            "and rerun")
+    source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
+    out = DistilledSet(out_dir)
+    meta = {
+        "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
+        "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
+        "seed": cfg.decoding.seed, "teacher": teacher.describe(), "corpus": corpus.source_description,
+        "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
+        "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
+        "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
+        "empty_outputs": sum(1 for p in pieces if not p),
+        "scores": scores(statistics, target_text, corpus.references),
+        "batching": {"max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
+                     "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
+                     "required_batch_size_multiple": 1, "num_shards": num_shards},
+        "fingerprint": session.fingerprint(), "nat_kd_version": __version__,
+        "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
+        "files": {"source": out.text(cfg.split, teacher.source_lang).name,
+                  "target": out.text(cfg.split, teacher.target_lang).name,
+                  "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/"},
+    }
+    write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
+                 source_text=corpus.source_text, source_tokens=corpus.source_tokens,
+                 source_pieces=source_pieces, target_pieces=pieces,
+                 target_text=target_text, dict_dir=teacher.dict_dir, meta=meta,
+                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None)
+    # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
+    meta["timing"]["wall_seconds"] = round(time.perf_counter() - started, 3)
+    atomic.write_json(out.meta_file, meta)
+    return meta
+
+
+def _already_done(out: DistilledSet, fingerprint: dict) -> dict | None:
+    meta = out.meta()
+    return meta if meta is not None and meta.get("fingerprint") == fingerprint else None
+
+
+def distill(cfg: DistillConfig) -> DistillResult:
+    started = time.perf_counter()
+    device = choose_device(cfg)
+    workers, threads = parallelism(cfg, device)
+    num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
+    session = Session(cfg, device)
+    out_dir = Path(cfg.out_dir)
+    out = DistilledSet(out_dir)
+    fingerprint = session.fingerprint()
+    done = _already_done(out, fingerprint)
+    if done is not None:
+        logger.info("%s is already complete (same teacher, corpus and settings): nothing to do", out_dir)
+        return DistillResult(out_dir, True, done)
+    if out_dir.exists() and any(out_dir.iterdir()) and not out.meta_file.is_file():
+        raise SettingsError(f"{out_dir} exists and is not a distilled corpus (no meta.json); it would be replaced: "
+                            "choose another --out or delete it")
+    store = ChunkStore(out.progress_dir)
+    chunks = store.open_plan(fingerprint, plan_chunks(session.batches(), cfg.chunk_sentences))
+    label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
+    decoded, decode_wall = 0, 0.0
+    if not cfg.merge_only:
+        pending = [i for i in shard_chunks(len(chunks), shard_id, num_shards) if not store.is_done(i)]
+        logger.info("%s: %d chunks, %d to decode in %s (%d worker(s) x %d thread(s) on %s)", out_dir,
+                    len(chunks), len(pending), label, workers, threads, device)
+        t0 = time.perf_counter()
+        decoded = decode_pending(session, store, chunks, pending, workers, threads, label)
+        decode_wall = time.perf_counter() - t0
+    if store.missing(len(chunks)) and not cfg.merge_only:
+        logger.info("%s done; other shards are still missing. When all are done, run the same command with "
+                    "--merge (or any shard finishing last merges)", label)
+        return DistillResult(out_dir, False)
+    with store.merge_lock() as mine:
+        if not mine:
+            logger.info("another process is merging %s", out_dir)
+            return DistillResult(out_dir, False)
+        done = _already_done(out, fingerprint)
+        if done is None:
+            timing = {"wall_seconds": None, "decode_wall_seconds": round(decode_wall, 3),
+                      "sentences_decoded_this_run": decoded,
+                      "sentences_per_second": round(decoded / decode_wall, 2) if decode_wall > 0 else None,
+                      "workers": workers, "threads_per_worker": threads, "device": device}
+            done = _merge(session, store, chunks, num_shards, timing, started)
+    store.remove()
+    return DistillResult(out_dir, True, done)

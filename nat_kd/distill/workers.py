@@ -1,0 +1,243 @@
+"""The decoding processes: what each one loads (``Session``), how it decodes a chunk (``ChunkDecoder``), and the
+pool that runs them, one per core, each saving its chunks as they finish.
+
+Workers are spawned, not forked: each loads its own teacher, and nothing is inherited from a threaded parent.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nat_kd.errors import SettingsError
+from nat_kd.hashing import sha256_file
+
+from .decoding import DecodingStrategy, build_strategy
+from .progress import PROGRESS_VERSION, ChunkStore
+from .scores import statistics
+from .source import token_strings
+
+if TYPE_CHECKING:
+    from .pipeline import DistillConfig
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def choose_device(cfg: DistillConfig) -> str:
+    import torch
+
+    if cfg.device == "auto":
+        if torch.cuda.is_available():
+            return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        return "cpu"
+    return cfg.device
+
+
+def parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
+    """(worker processes, torch threads per worker) on this machine."""
+    if device != "cpu":
+        return 1, cfg.threads or 1
+    # under torchrun, the ranks on this machine share its cores
+    cores = max(1, available_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    workers = cfg.workers or cores
+    return workers, cfg.threads or max(1, cores // workers)
+
+
+class Session:
+    """Everything loaded once per process: teacher, sentencepiece, corpus, fairseq dataset, chunk plan."""
+
+    def __init__(self, cfg: DistillConfig, device: str = "cpu"):
+        from fairseq_plugins.teacher import TeacherEnsemble
+
+        from .source import load_corpus, load_sentencepiece
+
+        self.cfg, self.device = cfg, device
+        self.strategy = build_strategy(cfg.decoding)
+        if self.strategy.needs_reference and not cfg.reference:
+            raise SettingsError(f"strategy {self.strategy.name} reranks against the reference: pass --reference")
+        self.teacher = TeacherEnsemble.load(cfg.teachers, cfg.dict_dir)
+        if cfg.data_dir:
+            self.teacher.check_data_folder(cfg.data_dir)
+        self.sp = load_sentencepiece(cfg.spm_model)
+        self.corpus = load_corpus(teacher=self.teacher, sp=self.sp, split=cfg.split, source=cfg.source,
+                                  data_dir=cfg.data_dir, reference=cfg.reference)
+        self.dataset = self._dataset()
+        if device != "cpu":
+            self.teacher.to(device)
+
+    def _dataset(self):
+        """The corpus as the LanguagePairDataset fairseq-generate builds for a binarized split (the translation
+        task's load_dataset): same padding, same target sizes, ties shuffled in every split but "test".
+
+        A sentence's hypothesis depends, in its last float bits, on the batch it is decoded in (padding
+        changes the order of the sums), so fairseq-generate's hypotheses are only reproduced exactly from
+        fairseq-generate's batches: length-sorted by source then reference, counted as max(source, reference)
+        tokens. Without references, batches follow the source alone."""
+        from fairseq.data import LanguagePairDataset
+
+        task, corpus = self.teacher.task, self.corpus
+
+        def setting(name, default):
+            try:
+                return getattr(task.cfg, name, default)
+            except Exception:  # an interpolation into the training config that does not resolve here
+                return default
+
+        return LanguagePairDataset(
+            corpus.source_tokens, np.array([len(t) for t in corpus.source_tokens]), task.source_dictionary,
+            tgt=None, tgt_sizes=corpus.reference_sizes, tgt_dict=task.target_dictionary,
+            left_pad_source=setting("left_pad_source", True), left_pad_target=setting("left_pad_target", False),
+            shuffle=self.cfg.split != "test", num_buckets=setting("num_batch_buckets", 0),
+            pad_to_multiple=setting("required_seq_len_multiple", 1))
+
+    def batches(self) -> list[list[int]]:
+        """fairseq-generate's own batching (length-sorted, by tokens, its seed), with every sentence kept:
+        batch multiple 1, and no size filter (over-long sources were truncated beforehand)."""
+        sizes = self.dataset.num_tokens_vec(np.arange(len(self.corpus)))
+        longest = int(sizes.argmax())
+        if self.cfg.max_tokens is not None and sizes[longest] > self.cfg.max_tokens:
+            raise SettingsError(f"--max-tokens {self.cfg.max_tokens} is smaller than the longest sentence (line "
+                                f"{longest + 1}: {sizes[longest]} tokens in the source or the reference); raise "
+                                f"--max-tokens to at least {sizes[longest]}")
+        iterator = self.teacher.task.get_batch_iterator(
+            dataset=self.dataset, max_tokens=self.cfg.max_tokens, max_sentences=self.cfg.max_sentences,
+            max_positions=None, ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1,
+            num_shards=1, shard_id=0, num_workers=0, disable_iterator_cache=True)
+        return [list(map(int, batch)) for batch in iterator.frozen_batches]
+
+    def fingerprint(self) -> dict:
+        """What the output depends on: saved progress and a finished set are reused only if it is unchanged."""
+        if not hasattr(self, "_fingerprint"):
+            cfg = self.cfg
+            self._fingerprint = {
+                "progress_version": PROGRESS_VERSION, "teachers": [sha256_file(p) for p in cfg.teachers],
+                "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
+                "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
+                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, "spm_model": sha256_file(cfg.spm_model)}
+        return self._fingerprint
+
+    def decoder(self) -> ChunkDecoder:
+        return ChunkDecoder(self.teacher, self.strategy, self.dataset, self.sp, self.corpus.references, self.device)
+
+
+class ChunkDecoder:
+    """Decodes chunks of the corpus with a teacher: fairseq's collater and SequenceGenerator, batch by batch."""
+
+    def __init__(self, teacher, strategy: DecodingStrategy, dataset, sp, references=None, device="cpu"):
+        self.teacher, self.strategy, self.dataset = teacher, strategy, dataset
+        self.references, self.sp, self.device = references, sp, device
+        self.generator = strategy.build_generator(teacher.models, teacher.tgt_dict)
+        if strategy.needs_reference and references is None:
+            raise SettingsError(f"{strategy.name} needs the references (--reference)")
+
+    def decode_batch(self, ids: list[int]) -> list[tuple[int, str]]:
+        """(sentence id, pieces of the kept hypothesis) for each sentence of one fairseq batch."""
+        sample = self.dataset.collater([self.dataset[i] for i in ids])
+        if self.device != "cpu":
+            from fairseq import utils
+            sample = utils.move_to_cuda(sample, device=self.device)
+        hypos = self.teacher.task.inference_step(self.generator, self.teacher.models, sample)
+        sentence_ids = sample["id"].tolist()
+        if not self.strategy.needs_reference:
+            return list(zip(sentence_ids, token_strings(self.teacher.tgt_dict, [nbest[0]["tokens"].cpu()
+                                                                                for nbest in hypos])))
+        out = []
+        for sentence_id, nbest in zip(sentence_ids, hypos):
+            candidates = token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for h in nbest])
+            texts = self.sp.decode([c.split() for c in candidates])
+            out.append((sentence_id, candidates[self.strategy.choose(texts, self.references[sentence_id])]))
+        return out
+
+    def decode_chunk(self, batches: list[list[int]]) -> dict:
+        """The chunk's sentences in id order: pieces and text; with references, the chunk's summed BLEU/chrF
+        statistics (see scores)."""
+        start = time.perf_counter()
+        results = sorted(pair for batch in batches for pair in self.decode_batch(batch))
+        chunk = {"ids": [i for i, _ in results], "pieces": [p for _, p in results]}
+        chunk["text"] = self.sp.decode([p.split() for p in chunk["pieces"]])
+        if self.references is not None:
+            chunk["statistics"] = statistics(chunk["text"], [self.references[i] for i in chunk["ids"]])
+        chunk["seconds"] = round(time.perf_counter() - start, 3)
+        return chunk
+
+
+def reuse_freed_memory() -> None:
+    """Serve big tensors from the heap and keep freed memory for reuse (glibc only).
+
+    A beam step's scores are B*beam x V floats (about 40 MB at 3000 tokens, vocabulary 8k): above glibc's
+    largest mmap threshold, so every step maps fresh pages that the kernel must zero, and two decoding
+    processes then compete for memory bandwidth. With mmap off and no trimming, each step reuses the last
+    step's pages; a worker keeps its peak memory until it exits (docs/generate_distilled.md: what it saves).
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not sys.platform.startswith("linux") or name is None:
+        return
+    libc = ctypes.CDLL(name)
+    if hasattr(libc, "mallopt"):
+        m_trim_threshold, m_mmap_max = -1, -4  # from glibc's malloc.h
+        libc.mallopt(m_mmap_max, 0)
+        libc.mallopt(m_trim_threshold, 2**31 - 1)
+
+
+_WORKER = {}  # this worker process's ChunkDecoder
+
+
+def _worker_init(cfg: DistillConfig, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    reuse_freed_memory()
+    logging.disable(logging.WARNING)  # fairseq's loading chatter, once per worker
+    _WORKER["decoder"] = Session(cfg).decoder()
+
+
+def _worker_decode(job):
+    index, batches = job
+    return index, _WORKER["decoder"].decode_chunk(batches)
+
+
+def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[int], workers: int,
+                   threads: int, shard_label: str) -> int:
+    """Decode the ``pending`` chunks, saving each as it finishes; returns the number of sentences decoded."""
+    from tqdm import tqdm
+
+    total = sum(len(b) for i in pending for b in chunks[i])
+    bar = tqdm(total=total, unit="sent", desc=f"distil {shard_label}", disable=not session.cfg.progress_bar,
+               dynamic_ncols=True, file=sys.stderr)
+    jobs = [(i, chunks[i]) for i in pending]
+    try:
+        if workers <= 1 or len(jobs) <= 1:
+            import torch
+
+            torch.set_num_threads(threads)
+            reuse_freed_memory()
+            decoder = session.decoder()
+            for index, batches in jobs:
+                result = decoder.decode_chunk(batches)
+                store.save(index, result)
+                bar.update(len(result["ids"]))
+        else:
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(min(workers, len(jobs)), initializer=_worker_init,
+                              initargs=(session.cfg, threads)) as pool:
+                # longest chunks first (chunks are sorted by length), so no worker is left alone at the end
+                for index, result in pool.imap_unordered(_worker_decode, jobs[::-1]):
+                    store.save(index, result)
+                    bar.update(len(result["ids"]))
+    finally:
+        bar.close()
+    return total

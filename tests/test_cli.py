@@ -1,0 +1,52 @@
+"""The command lines' shared error handling, and the one spelling of teacher options (old one deprecated)."""
+import pytest
+
+from nat_kd import cli
+from nat_kd.corpus import CorpusError
+from nat_kd.errors import NatKdError
+
+
+def test_toolkit_errors_are_one_line_and_exit_status_2(capsys):
+    def bad_input():
+        raise CorpusError("data.en:3: invalid UTF-8; re-encode the file")
+
+    assert cli.run(bad_input) == 2
+    assert capsys.readouterr().err == "error: data.en:3: invalid UTF-8; re-encode the file\n"
+    assert issubclass(CorpusError, NatKdError)
+
+
+def test_plugin_teacher_errors_count_as_toolkit_errors(capsys):
+    from fairseq_plugins.criterions.topk import TopKError
+    from fairseq_plugins.teacher import TeacherError
+
+    for error in (TeacherError, TopKError):
+        def body():
+            raise error("teacher t.pt: pass --teacher-data")
+
+        assert cli.run(body) == 2 and "pass --teacher-data" in capsys.readouterr().err
+
+
+def test_other_errors_are_bugs_and_keep_their_traceback():
+    def bug():
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError, match="a bug"):
+        cli.run(bug)
+    assert cli.run(lambda: None) == 0 and cli.run(lambda: 3) == 3
+
+
+def test_generator_teacher_options_new_and_deprecated_spelling(capsys):
+    from nat_kd.distill.__main__ import build_parser, config_from_args
+
+    common = ["--source", "s.en", "--spm-model", "spm.model", "--out", "o"]
+    new = config_from_args(build_parser().parse_args(
+        ["--teacher-path", "a.pt:b.pt", "--teacher-data", "dicts", *common]))
+    assert capsys.readouterr().err == ""
+    old = config_from_args(build_parser().parse_args(["--teacher", "a.pt", "b.pt", "--dict-dir", "dicts", *common]))
+    err = capsys.readouterr().err
+    assert "--teacher is deprecated; use --teacher-path" in err and "--dict-dir is deprecated; use --teacher-data" in err
+    assert new == old and new.teachers == ["a.pt", "b.pt"] and new.dict_dir == "dicts"
+    with pytest.raises(SystemExit):  # one spelling at a time
+        build_parser().parse_args(["--teacher-path", "a.pt", "--teacher", "b.pt", *common])
+    with pytest.raises(SystemExit):  # a teacher is required
+        build_parser().parse_args(common)
