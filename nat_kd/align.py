@@ -20,22 +20,25 @@ links of the corpus, so each EM step is a few gathers, a ``reduceat`` and a ``bi
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from nat_kd.alignment_io import (NULL_WORD, Alignments, TranslationTable, format_parallel, read_alignments,
-                                 read_parallel_tokens, read_table)
+from nat_kd.alignment_io import (NULL_WORD, Alignments, TranslationTable, format_parallel, iter_parallel_tokens,
+                                 read_alignments, read_table)
 from nat_kd.corpus import CorpusError
 
 UNINITIALISED_PROB = 1e-9  # fast_align's t(y|x) before the first normalisation
 CHUNK_LINKS = 1 << 20  # links per E-step piece: keeps temporaries to a few MB whatever the corpus size
+SHARD_LINKS = 1 << 24  # links per shard of the corpus: one shard's index arrays (8-16 bytes a link) in memory
 
 
 @dataclass(frozen=True)
@@ -86,38 +89,74 @@ class AlignerOptions:
 RECOMMENDED = AlignerOptions(favor_diagonal=True, optimize_tension=True, variational_bayes=True)
 
 
+# ------------------------------------------------------------------ the training trace
+
 @dataclass
-class EncodedSide:
-    """One side of a corpus as integer ids: flat token ids plus per-sentence lengths."""
+class IterationLog:
+    """One EM iteration's numbers, as fast_align prints them to stderr."""
 
-    vocab: list[str]
-    ids: np.ndarray
-    lengths: np.ndarray
+    number: int                  # 1-based
+    final: bool
+    log_likelihood: float        # natural log, summed over target tokens
+    target_tokens: int
+    null_posterior: float        # fast_align's c0: summed posterior of the NULL links (0 in the final pass)
+    feature: float | None        # mean posterior diagonal feature, when the tension is optimised
+    tension_steps: list[tuple[float, float]] = field(default_factory=list)  # (model feature, tension) per step
+    tension: float = 0.0         # the tension after this iteration
 
-    @classmethod
-    def from_lines(cls, lines: list[str]) -> "EncodedSide":
-        """Whitespace-split tokens; vocabulary in order of first appearance (as fast_align's Dict)."""
-        return cls.from_token_lists([line.split() for line in lines])
+    def format(self) -> str:
+        def g(x):  # C++ ostream's default: 6 significant digits
+            return f"{x:.6g}"
 
-    @classmethod
-    def from_token_lists(cls, token_lists: list[list[str]]) -> "EncodedSide":
-        lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
-        # one C-level pass: an unseen word gets the next id from the counter
-        index = collections.defaultdict(itertools.count().__next__)
-        ids = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(token_lists)), dtype=np.int64,
-                          count=int(lengths.sum()))
-        return cls(list(index), ids, lengths)
+        log2 = self.log_likelihood / np.log(2)
+        entropy = -log2 / self.target_tokens
+        lines = [f"ITERATION {self.number}{' (FINAL)' if self.final else ''}",
+                 f"  log_e likelihood: {g(self.log_likelihood)}", f"  log_2 likelihood: {g(log2)}",
+                 f"     cross entropy: {g(entropy)}", f"        perplexity: {g(2.0 ** entropy)}",
+                 f"      posterior p0: {g(self.null_posterior / self.target_tokens)}"]
+        if self.feature is not None:
+            lines.append(f" posterior al-feat: {g(self.feature)}")
+        lines += [f"  {k}  model al-feat: {g(feature)} (tension={g(tension)})"
+                  for k, (feature, tension) in enumerate(self.tension_steps, 1)]
+        if self.tension_steps:
+            lines.append(f"     final tension: {g(self.tension)}")
+        return "\n".join(lines)
 
 
 @dataclass
 class AlignmentResult:
-    """What a fast_align run yields: Viterbi links, the (unpruned) table, and the training trace."""
+    """What a fast_align run yields: Viterbi links, the (unpruned) table, and the training trace.
 
-    alignments: Alignments
+    Links are kept per shard of the corpus (in memory, or on disk for a large corpus): read them with
+    ``alignment_shards``; ``alignments`` joins them into one object, which holds every link in memory.
+    """
+
     table: TranslationTable | None
     options: AlignerOptions
     final_tension: float
-    log_likelihoods: list[float] = field(default_factory=list)
+    num_sentences: int
+    link_shards: Callable[[], Iterator[Alignments]] | None  # None when the final (Viterbi) pass was skipped
+    log: list[IterationLog] = field(default_factory=list)
+
+    def alignment_shards(self) -> Iterator[Alignments]:
+        """The links shard by shard, in corpus order; sentence numbers count from each shard's first."""
+        if self.link_shards is None:
+            raise CorpusError("no links: this run skipped fast_align's final (Viterbi) pass")
+        return self.link_shards()
+
+    @property
+    def alignments(self) -> Alignments:
+        parts, offset = [], 0
+        for part in self.alignment_shards():
+            parts.append((part.sentence + offset, part.source, part.target))
+            offset += part.num_sentences
+        if not parts:
+            return Alignments(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), offset)
+        return Alignments(*(np.concatenate(column).astype(np.int64) for column in zip(*parts)), offset)
+
+    def format_log(self) -> str:
+        """The per-iteration part of fast_align's stderr, for comparing a run with the binary's."""
+        return "".join(entry.format() + "\n" for entry in self.log)
 
     def exported_table(self) -> TranslationTable:
         """The table as ``fast_align -p`` writes it: pruned with the beam threshold."""
@@ -134,14 +173,20 @@ def _feature(trg_pos, src_pos, m, n):
 
 
 def _compute_z(j1, m, n, tension):
-    """Sum over source positions 1..n of exp(tension * feature), in closed form (two geometric series)."""
+    """Sum over source positions 1..n of exp(tension * feature), in closed form (two geometric series).
+
+    Also called with m and n swapped (see ``_compute_dlogz``); then ``floor`` can pass n, and fast_align's
+    unsigned ``n - floor`` wraps to a huge count whose power of ``ratio`` (< 1) is 0: ``inf`` reproduces that.
+    """
     split = j1 * n / m
-    floor = np.floor(split).astype(np.int64)
+    floor = np.floor(split)
     ceil = floor + 1
     ratio = np.exp(-tension / n)
     num_top = n - floor
-    ezt = np.where(num_top > 0, np.exp(_feature(j1, ceil, m, n) * tension)
-                   * (1.0 - ratio ** num_top) / (1.0 - ratio), 0.0)
+    with np.errstate(over="ignore"):
+        top_count = np.where(num_top < 0, np.inf, num_top)
+    ezt = np.where(num_top != 0, np.exp(_feature(j1, ceil, m, n) * tension)
+                   * (1.0 - ratio ** top_count) / (1.0 - ratio), 0.0)
     ezb = np.where(floor > 0, np.exp(_feature(j1, floor, m, n) * tension)
                    * (1.0 - ratio ** floor) / (1.0 - ratio), 0.0)
     return ezb + ezt
@@ -155,8 +200,13 @@ def _arith_geom_series(a_1, g_1, r, d, count):
 
 
 def _compute_dlogz(j1, m, n, tension):
-    """d log Z / d tension: the model's expected feature at target position j1."""
-    z = _compute_z(j1, m, n, tension)
+    """The model's expected feature at target position j1, exactly as fast_align computes it.
+
+    This is d log Z / d tension but for the normaliser: fast_align's ``ComputeDLogZ`` (da.h, the release
+    that writes ``-p`` tables) divides by ``ComputeZ(i, n, m)``, with the two lengths swapped. The tension
+    it learns follows from that, so the same swap is needed to reproduce its tables and links.
+    """
+    z = _compute_z(j1, n, m, tension)
     floor = np.floor(j1 * n / m).astype(np.int64)
     ceil = floor + 1
     ratio = np.exp(-tension / n)
@@ -193,226 +243,211 @@ def digamma(x: np.ndarray) -> np.ndarray:
             + (31.0 / 8064.0) * xx4 * xx2 - (127.0 / 30720.0) * xx4 * xx4)
 
 
-# ------------------------------------------------------------------ the model
+# ------------------------------------------------------------------ the corpus, read once, in shards
 
-class FastAlign:
-    """Train fast_align's model on a tokenised parallel corpus and return links and table."""
-
-    def __init__(self, options: AlignerOptions = RECOMMENDED):
-        self.options = options
-
-    def align_lines(self, src: list[str], tgt: list[str]) -> AlignmentResult:
-        """Align whitespace-tokenised, line-aligned sentences (each side non-empty)."""
-        return self.align(EncodedSide.from_lines(src), EncodedSide.from_lines(tgt))
-
-    def align_file(self, path: str | os.PathLike) -> AlignmentResult:
-        """Align a fast_align input file (``src ||| tgt``, tokenised), like ``fast_align -i path``."""
-        src, tgt = read_parallel_tokens(path)
-        encoded = EncodedSide.from_token_lists(src), EncodedSide.from_token_lists(tgt)
-        del src, tgt  # the token strings are no longer needed: free them before training
-        return self.align(*encoded)
-
-    def align(self, src: EncodedSide, tgt: EncodedSide) -> AlignmentResult:
-        opt = self.options
-        if len(src.lengths) != len(tgt.lengths):
-            raise CorpusError(f"{len(src.lengths)} source but {len(tgt.lengths)} target sentences")
-        if len(src.lengths) == 0:
-            raise CorpusError("empty corpus: nothing to align")
-        if (src.lengths == 0).any() or (tgt.lengths == 0).any():
-            bad = int(np.flatnonzero((src.lengths == 0) | (tgt.lengths == 0))[0]) + 1
-            raise CorpusError(f"line {bad}: empty sentence; fast_align cannot align it. Remove the pair.")
-        if opt.reverse:
-            src, tgt = tgt, src
-        links = _Links(src, tgt)
-        use_null = not opt.no_null_word
-        tension = opt.diagonal_tension
-        p_not_null = 1.0 - opt.p_null
-        t = None
-        log_likelihoods = []
-        for iteration in range(opt.iterations):
-            final = iteration == opt.iterations - 1
-            want_feature = opt.favor_diagonal and opt.optimize_tension and iteration > 0 and not final
-            prior_block = links.prior_block(tension, p_not_null) if opt.favor_diagonal else None
-            counts = np.zeros(links.num_entries)
-            emp_feat, likelihood, found = 0.0, 0.0, []
-            for tokens, span in links.chunks():
-                part = self._chunk_pass(links, t, prior_block, tokens, span, final, want_feature)
-                likelihood += part[0]
-                if final:
-                    found.append(part[1])
-                else:
-                    counts += part[1]
-                    emp_feat += part[2]
-            log_likelihoods.append(likelihood)
-            if final:
-                alignments = links.alignments(found, opt.reverse)
-                break
-            if want_feature:
-                tension = links.optimise_tension(tension, emp_feat / links.num_tokens)
-            t = self._normalise(counts, links.entry_row, links.num_rows)
-        table = None
-        if t is not None:
-            table = TranslationTable(links.row_words(), tgt.vocab, links.entry_row, links.entry_col, t)
-            if not use_null:
-                table = table.without_null()
-        return AlignmentResult(alignments, table, opt, tension, log_likelihoods)
-
-    def _chunk_pass(self, links, t, prior_block, tokens: slice, span: slice, final: bool, want_feature: bool):
-        """E-step (or, when ``final``, Viterbi) over one chunk: (log-likelihood, counts or links, feature)."""
-        opt = self.options
-        use_null = not opt.no_null_word
-        # p(a_j = i) t(y_j | x_i) for every link of the chunk, and for NULL
-        if opt.favor_diagonal:
-            probs = np.take(prior_block, links.prior_index[span])
-            null_prior = opt.p_null
-        else:
-            null_prior = 1.0 / (links.n_of_token[tokens] + use_null)
-            probs = np.repeat(null_prior, links.n_of_token[tokens])
-        probs *= UNINITIALISED_PROB if t is None else np.take(t, links.pair[span])
-        sums = np.add.reduceat(probs, links.start[tokens] - span.start)
-        null_probs = None
-        if use_null:
-            null_probs = null_prior * (UNINITIALISED_PROB if t is None else t[links.null_pair[tokens]])
-            sums += null_probs
-        likelihood = float(np.log(sums).sum())
-        if final:
-            return likelihood, links.viterbi(probs, null_probs, tokens, span), 0.0
-        inv = 1.0 / sums
-        probs *= np.repeat(inv, links.n_of_token[tokens])  # now posteriors
-        counts = np.bincount(links.pair[span], probs, minlength=links.num_entries)
-        if use_null:
-            counts += np.bincount(links.null_pair[tokens], null_probs * inv, minlength=links.num_entries)
-        feature = float(np.dot(probs, np.take(links.feature0_block(), links.prior_index[span]))) if want_feature else 0.0
-        return likelihood, counts, feature
-
-    def _normalise(self, counts, row, num_rows):
-        if self.options.variational_bayes:
-            alpha = self.options.alpha
-            totals = np.bincount(row, counts + alpha, minlength=num_rows)
-            totals[totals == 0] = 1.0
-            return np.exp(digamma(counts + alpha) - digamma(totals)[row])
-        totals = np.bincount(row, counts, minlength=num_rows)
-        totals[totals == 0] = 1.0
-        return counts / totals[row]
+def _index_dtype(size: int):
+    """int32 indexes while they fit (half the memory and bandwidth), int64 beyond 2**31."""
+    return np.int32 if size < 2 ** 31 else np.int64
 
 
-class _Links:
-    """Flat index arrays over every (target token, source position) pair of the corpus.
+class _ShardStore:
+    """Each shard's arrays: in memory while the corpus is a single shard, in ``.npy`` files once it is not.
 
-    Links are ordered by sentence, then target position, then source position, so the links of one
-    target token are contiguous (``start``/``n_of_token``). Table entries are the co-occurring
-    (source word, target word) pairs followed by one (NULL, target word) entry per target word.
+    A corpus of one shard (Multi30k-sized) never touches the disk; a larger one keeps only the shard being
+    worked on in memory. The files live in a temporary folder removed with the store.
     """
 
-    def __init__(self, src: EncodedSide, tgt: EncodedSide):
-        n, m = src.lengths, tgt.lengths
-        self.num_sentences = len(n)
-        self.num_tokens = int(m.sum())
-        self.src_vocab, self.tgt_vocab = src.vocab, tgt.vocab
-        src_start = np.concatenate(([0], np.cumsum(n)[:-1]))
+    def __init__(self):
+        self._shards: list[dict] = []
+        self._folder: tempfile.TemporaryDirectory | None = None
+
+    def __len__(self) -> int:
+        return len(self._shards)
+
+    def add(self, arrays: dict[str, np.ndarray]) -> None:
+        if self._shards and self._folder is None:  # a second shard: move everything to disk from now on
+            self._folder = tempfile.TemporaryDirectory(prefix="nat_kd_align_")
+            for number, shard in enumerate(self._shards):
+                self._shards[number] = {}
+                self.update(number, shard)
+        self._shards.append({})
+        self.update(len(self._shards) - 1, arrays)
+
+    def update(self, number: int, arrays: dict[str, np.ndarray | None]) -> None:
+        """Set (or, with None, drop) arrays of shard ``number``."""
+        shard = self._shards[number]
+        for name, array in arrays.items():
+            if array is None:
+                stored = shard.pop(name, None)
+                if isinstance(stored, Path):
+                    stored.unlink()
+            elif self._folder is None:
+                shard[name] = array
+            else:
+                path = Path(self._folder.name) / f"{number}.{name}.npy"
+                np.save(path, array)
+                shard[name] = path
+
+    def get(self, number: int) -> dict[str, np.ndarray]:
+        return {name: np.load(value) if isinstance(value, Path) else value
+                for name, value in self._shards[number].items()}
+
+
+class _Corpus:
+    """A tokenised parallel corpus as integer ids, read once into shards of about ``shard_links`` links.
+
+    What stays in memory is what fast_align itself holds: the vocabularies (ids in order of first appearance,
+    as its ``Dict``), the distinct co-occurring (source word, target word) pairs, which are the table's
+    entries, and the count of each (target length, source length) shape. Per shard the store keeps the
+    lengths, the target word ids, and for every (target token, source position) link its table entry and
+    its cell of the diagonal prior.
+    """
+
+    def __init__(self, pairs: Iterable[tuple[list[str], list[str]]], reverse: bool, shard_links: int):
+        self.src_index = collections.defaultdict(itertools.count().__next__)
+        self.tgt_index = collections.defaultdict(itertools.count().__next__)
+        self.store = _ShardStore()
+        self.shard_sentences: list[int] = []
+        self.keys = np.empty(0, np.int64)  # distinct pairs as (source word << 32 | target word), sorted
+        shape_keys, shape_counts = np.empty(0, np.int64), np.empty(0, np.int64)
+        src_buffer, tgt_buffer, links = [], [], 0
+        for number, (src, tgt) in enumerate(pairs, 1):
+            if reverse:
+                src, tgt = tgt, src
+            if not src or not tgt:
+                raise CorpusError(f"line {number}: empty sentence; fast_align cannot align it. Remove the pair.")
+            src_buffer.append(src)
+            tgt_buffer.append(tgt)
+            links += len(src) * len(tgt)
+            if links >= shard_links:
+                shape_keys, shape_counts = self._add_shard(src_buffer, tgt_buffer, shape_keys, shape_counts)
+                src_buffer, tgt_buffer, links = [], [], 0
+        if src_buffer:
+            shape_keys, shape_counts = self._add_shard(src_buffer, tgt_buffer, shape_keys, shape_counts)
+        if not self.shard_sentences:
+            raise CorpusError("empty corpus: nothing to align")
+        self.num_sentences = sum(self.shard_sentences)
+        self.src_vocab, self.tgt_vocab = list(self.src_index), list(self.tgt_index)
+        self.num_pairs = len(self.keys)
+        self.num_entries = self.num_pairs + len(self.tgt_vocab)
+        # row 0 is NULL, row r > 0 is source word r - 1; the NULL entries follow the pairs, one per target word
+        self.entry_row = np.concatenate(((self.keys >> 32) + 1, np.zeros(len(self.tgt_vocab), np.int64)))
+        self.entry_col = np.concatenate((self.keys & 0xFFFFFFFF, np.arange(len(self.tgt_vocab))))
+        self.num_rows = len(self.src_vocab) + 1
+        self.prior = _DiagonalPrior(shape_keys >> 32, shape_keys & 0xFFFFFFFF, shape_counts)
+        self.num_tokens = int(np.dot(self.prior.shape_m, shape_counts))
+        for number in range(len(self.store)):
+            self._index_links(number, shape_keys)
+
+    def _add_shard(self, src_lists, tgt_lists, shape_keys, shape_counts):
+        n = np.fromiter(map(len, src_lists), np.int64, len(src_lists))
+        m = np.fromiter(map(len, tgt_lists), np.int64, len(tgt_lists))
+        src_ids = np.fromiter(map(self.src_index.__getitem__, itertools.chain.from_iterable(src_lists)), np.int64,
+                              int(n.sum()))
+        tgt_ids = np.fromiter(map(self.tgt_index.__getitem__, itertools.chain.from_iterable(tgt_lists)), np.int64,
+                              int(m.sum()))
+        shard = _Shard(n, m)
+        local_keys, local_pair = shard.pair_ids(src_ids, tgt_ids, len(self.tgt_index))
+        self.keys = np.union1d(self.keys, local_keys)
+        shapes, counts = np.unique((m << 32) | n, return_counts=True)
+        shape_keys, where = np.unique(np.concatenate((shape_keys, shapes)), return_inverse=True)
+        shape_counts = np.bincount(where, np.concatenate((shape_counts, counts)), len(shape_keys)).astype(np.int64)
+        self.store.add({"n": n.astype(np.int32), "m": m.astype(np.int32), "tgt": tgt_ids.astype(np.int32),
+                        "local_keys": local_keys, "local_pair": local_pair})
+        self.shard_sentences.append(len(n))
+        return shape_keys, shape_counts
+
+    def _index_links(self, number: int, shape_keys: np.ndarray) -> None:
+        """Replace a shard's shard-local pair numbers by table entries, and add each link's prior cell."""
+        arrays = self.store.get(number)
+        pair = np.searchsorted(self.keys, arrays["local_keys"]).astype(_index_dtype(self.num_entries))
+        shard = self.shard(number, arrays)
+        shape = np.searchsorted(shape_keys, (shard.m << 32) | shard.n)
+        prior = np.empty(shard.num_links, _index_dtype(self.prior.num_cells))
+        token_cell = self.prior.offset[shape][shard.token_sentence] + shard.token_j * shard.n_of_token
+        for tokens, span in shard.chunks():
+            prior[span] = np.repeat(token_cell[tokens], shard.n_of_token[tokens]) + shard.source_position(tokens, span)
+        self.store.update(number, {"pair": pair[arrays["local_pair"]], "prior": prior,
+                                   "local_keys": None, "local_pair": None})
+
+    def shard(self, number: int, arrays: dict | None = None) -> "_Shard":
+        arrays = self.store.get(number) if arrays is None else arrays
+        shard = _Shard(arrays["n"].astype(np.int64), arrays["m"].astype(np.int64))
+        shard.tgt, shard.pair, shard.prior_index = arrays["tgt"], arrays.get("pair"), arrays.get("prior")
+        return shard
+
+    def shards(self) -> Iterator["_Shard"]:
+        for number in range(len(self.store)):
+            yield self.shard(number)
+
+
+class _Shard:
+    """Token-level index arrays of one shard, rebuilt from its lengths whenever it is read.
+
+    Links are ordered by sentence, then target position, then source position, so the links of one target
+    token are contiguous (``start``/``n_of_token``).
+    """
+
+    tgt: np.ndarray
+    pair: np.ndarray | None
+    prior_index: np.ndarray | None
+
+    def __init__(self, n: np.ndarray, m: np.ndarray):
+        self.n, self.m = n, m
+        self.num_sentences, self.num_tokens = len(n), int(m.sum())
         tgt_start = np.concatenate(([0], np.cumsum(m)[:-1]))
         self.token_sentence = np.repeat(np.arange(len(n)), m)
         self.token_j = np.arange(self.num_tokens) - np.repeat(tgt_start, m)
         self.n_of_token = n[self.token_sentence]
         self.start = np.concatenate(([0], np.cumsum(self.n_of_token)[:-1]))
         self.num_links = int(self.n_of_token.sum())
-        # prior blocks: one m x n block per distinct sentence shape (fast_align's "size counts")
-        width = int(n.max()) + 1
-        shapes, shape_of_sentence, self.shape_count = np.unique(m * width + n, return_inverse=True,
-                                                               return_counts=True)
-        self.shape_m, self.shape_n = shapes // width, shapes % width
-        sizes = self.shape_m * self.shape_n
-        offset = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        local = np.arange(int(sizes.sum())) - np.repeat(offset, sizes)
-        block_n = np.repeat(self.shape_n, sizes)
-        self.block_m = np.repeat(self.shape_m, sizes).astype(np.float64)
-        self.block_n = block_n.astype(np.float64)
-        self.block_j1 = (local // block_n + 1).astype(np.float64)
-        self.block_i1 = (local % block_n + 1).astype(np.float64)
-        # per link, built a chunk at a time so no corpus-sized temporaries pile up: its cell in the prior
-        # blocks, and (below) its (source word, target word) table entry
-        token_block = offset[shape_of_sentence][self.token_sentence] + self.token_j * self.n_of_token
-        self.prior_index = np.empty(self.num_links, dtype=np.int32)
-        for tokens, span in self.chunks():
-            self.prior_index[span] = np.repeat(token_block[tokens], self.n_of_token[tokens]) + self._source_position(
-                tokens, span)
-        unique_keys, self.pair = self._pair_ids(src.ids, src_start, tgt.ids, len(tgt.vocab))
-        num_pairs = len(unique_keys)
-        self.null_pair = num_pairs + tgt.ids
-        self.num_entries = num_pairs + len(tgt.vocab)
-        # row 0 is NULL, row r > 0 is source word r - 1
-        self.entry_row = np.concatenate((unique_keys // len(tgt.vocab) + 1, np.zeros(len(tgt.vocab), np.int64)))
-        self.entry_col = np.concatenate((unique_keys % len(tgt.vocab), np.arange(len(tgt.vocab))))
-        self.num_rows = len(src.vocab) + 1
 
-    def _source_position(self, tokens: slice, span: slice) -> np.ndarray:
+    def source_position(self, tokens: slice, span: slice) -> np.ndarray:
         """0-based source position of each link in a chunk."""
         return np.arange(span.start, span.stop) - np.repeat(self.start[tokens], self.n_of_token[tokens])
 
-    def _pair_ids(self, src_ids, src_start, tgt_ids, tgt_vocab_size):
-        """Distinct keys (source word * |Vy| + target word), sorted, and each link's index into them.
-
-        Each key is packed with its link number into one int64 and sorted in place: one plain sort and one
-        scatter, about half the time and memory of ``np.unique(return_inverse=True)``.
-        """
-        key = np.empty(self.num_links, dtype=np.int64)
-        token_src_start = src_start[self.token_sentence]
-        for tokens, span in self.chunks():
-            lengths = self.n_of_token[tokens]
-            src_word = np.take(src_ids, np.repeat(token_src_start[tokens], lengths) + self._source_position(tokens, span))
-            key[span] = src_word * tgt_vocab_size + np.repeat(tgt_ids[tokens], lengths)
-        index_bits = max(self.num_links - 1, 1).bit_length()
-        if int(key.max()).bit_length() + index_bits > 62:  # too big to pack: the plain way
-            unique_keys, pair = np.unique(key, return_inverse=True)
-            return unique_keys, pair.astype(np.int32)
-        key <<= index_bits
-        for tokens, span in self.chunks():
-            key[span] |= np.arange(span.start, span.stop, dtype=np.int64)
-        key.sort()
-        order = key.astype(np.int32)  # the low 32 bits hold the link number
-        order &= (1 << index_bits) - 1
-        key >>= index_bits
-        new = np.empty(self.num_links, dtype=bool)
-        new[0] = True
-        np.not_equal(key[1:], key[:-1], out=new[1:])
-        unique_keys = key[new]
-        del key
-        ids = np.cumsum(new, dtype=np.int32)
-        ids -= 1
-        pair = np.empty(self.num_links, dtype=np.int32)
-        pair[order] = ids
-        return unique_keys, pair
-
-    def row_words(self) -> list[str]:
-        return [NULL_WORD] + self.src_vocab
-
-    def prior_block(self, tension: float, p_not_null: float) -> np.ndarray:
-        az = _compute_z(self.block_j1, self.block_m, self.block_n, tension) / p_not_null
-        return np.exp(_feature(self.block_j1, self.block_i1, self.block_m, self.block_n) * tension) / az
-
-    def feature0_block(self) -> np.ndarray:
-        # fast_align's empirical feature uses the 0-based target index j (not j + 1)
-        return _feature(self.block_j1 - 1, self.block_i1, self.block_m, self.block_n)
-
-    def optimise_tension(self, tension: float, emp_feat: float) -> float:
-        sizes = self.shape_m
-        j1 = (np.arange(int(sizes.sum())) - np.repeat(np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + 1)
-        m = np.repeat(self.shape_m, sizes).astype(np.float64)
-        n = np.repeat(self.shape_n, sizes).astype(np.float64)
-        weight = np.repeat(self.shape_count, sizes)
-        for _ in range(8):
-            mod_feat = float(np.dot(weight, _compute_dlogz(j1.astype(np.float64), m, n, tension))) / self.num_tokens
-            tension += (emp_feat - mod_feat) * 20.0
-            tension = 0.1 if tension <= 0.1 else min(tension, 14.0)
-        return tension
-
-    def chunks(self):
+    def chunks(self) -> Iterator[tuple[slice, slice]]:
         """(token slice, link slice) pieces of about CHUNK_LINKS links: bounded temporaries, cache-sized work."""
         ends = np.searchsorted(self.start, np.arange(CHUNK_LINKS, self.num_links, CHUNK_LINKS))
         bounds = np.unique(np.concatenate(([0], ends, [self.num_tokens])))
         link_bounds = np.append(self.start, self.num_links)
         for t0, t1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             yield slice(t0, t1), slice(int(link_bounds[t0]), int(link_bounds[t1]))
+
+    def pair_ids(self, src_ids, tgt_ids, tgt_vocab_size):
+        """The shard's distinct pairs as (source word << 32 | target word), sorted, and each link's index into them.
+
+        Each key (source word * |Vy| + target word, small enough here) is packed with its link number into
+        one int64 and sorted in place: one plain sort and one scatter, about half the time and memory of
+        ``np.unique(return_inverse=True)``.
+        """
+        key = np.empty(self.num_links, dtype=np.int64)
+        src_start = np.concatenate(([0], np.cumsum(self.n)[:-1]))[self.token_sentence]
+        for tokens, span in self.chunks():
+            lengths = self.n_of_token[tokens]
+            src_word = np.take(src_ids, np.repeat(src_start[tokens], lengths) + self.source_position(tokens, span))
+            key[span] = src_word * tgt_vocab_size + np.repeat(tgt_ids[tokens], lengths)
+        index_bits = max(self.num_links - 1, 1).bit_length()
+        if int(key.max()).bit_length() + index_bits > 62:  # too big to pack: the plain way
+            unique_keys, pair = np.unique(key, return_inverse=True)
+            pair = pair.astype(_index_dtype(len(unique_keys)))
+        else:
+            key <<= index_bits
+            for tokens, span in self.chunks():
+                key[span] |= np.arange(span.start, span.stop, dtype=np.int64)
+            key.sort()
+            order = key & ((1 << index_bits) - 1)
+            key >>= index_bits
+            new = np.empty(self.num_links, dtype=bool)
+            new[0] = True
+            np.not_equal(key[1:], key[:-1], out=new[1:])
+            unique_keys = key[new]
+            del key
+            ids = np.cumsum(new, dtype=_index_dtype(len(unique_keys)))
+            ids -= 1
+            pair = np.empty(self.num_links, dtype=ids.dtype)
+            pair[order] = ids
+        return ((unique_keys // tgt_vocab_size) << 32) | (unique_keys % tgt_vocab_size), pair
 
     def viterbi(self, probs, null_probs, tokens: slice, span: slice):
         """Best link of each target token in a chunk: (token ids, source positions); NULL-aligned left out."""
@@ -428,12 +463,168 @@ class _Links:
             where, token = where[keep], token[keep]
         return token + tokens.start, where - starts[token]
 
-    def alignments(self, found, reverse: bool) -> Alignments:
+
+class _DiagonalPrior:
+    """fast_align's diagonal prior: one m x n block of cells per distinct (target length m, source length n)."""
+
+    def __init__(self, shape_m: np.ndarray, shape_n: np.ndarray, shape_count: np.ndarray):
+        self.shape_m, self.shape_n, self.shape_count = shape_m, shape_n, shape_count
+        sizes = shape_m * shape_n
+        self.offset = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        self.num_cells = int(sizes.sum())
+        local = np.arange(self.num_cells) - np.repeat(self.offset, sizes)
+        block_n = np.repeat(shape_n, sizes)
+        self.block_m = np.repeat(shape_m, sizes).astype(np.float64)
+        self.block_n = block_n.astype(np.float64)
+        self.block_j1 = (local // block_n + 1).astype(np.float64)
+        self.block_i1 = (local % block_n + 1).astype(np.float64)
+
+    def cells(self, tension: float, p_not_null: float) -> np.ndarray:
+        az = _compute_z(self.block_j1, self.block_m, self.block_n, tension) / p_not_null
+        return np.exp(_feature(self.block_j1, self.block_i1, self.block_m, self.block_n) * tension) / az
+
+    def feature0_cells(self) -> np.ndarray:
+        # fast_align's empirical feature uses the 0-based target index j (not j + 1)
+        return _feature(self.block_j1 - 1, self.block_i1, self.block_m, self.block_n)
+
+    def optimise_tension(self, tension: float, emp_feat: float, num_tokens: int) -> tuple[float, list]:
+        """fast_align's 8 gradient steps on the tension; returns it with the (model feature, tension) steps."""
+        sizes = self.shape_m
+        j1 = (np.arange(int(sizes.sum())) - np.repeat(np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + 1)
+        m = np.repeat(self.shape_m, sizes).astype(np.float64)
+        n = np.repeat(self.shape_n, sizes).astype(np.float64)
+        weight = np.repeat(self.shape_count, sizes)
+        steps = []
+        for _ in range(8):
+            mod_feat = float(np.dot(weight, _compute_dlogz(j1.astype(np.float64), m, n, tension))) / num_tokens
+            steps.append((mod_feat, tension))
+            tension += (emp_feat - mod_feat) * 20.0
+            tension = 0.1 if tension <= 0.1 else min(tension, 14.0)
+        return tension, steps
+
+
+# ------------------------------------------------------------------ the model
+
+class FastAlign:
+    """Train fast_align's model on a tokenised parallel corpus and return links and table."""
+
+    def __init__(self, options: AlignerOptions = RECOMMENDED, shard_links: int = SHARD_LINKS):
+        self.options = options
+        self.shard_links = shard_links
+
+    def align_lines(self, src: list[str], tgt: list[str], viterbi: bool = True) -> AlignmentResult:
+        """Align whitespace-tokenised, line-aligned sentences (each side non-empty)."""
+        if len(src) != len(tgt):
+            raise CorpusError(f"{len(src)} source but {len(tgt)} target sentences")
+        return self.align(((s.split(), t.split()) for s, t in zip(src, tgt)), viterbi)
+
+    def align_file(self, path: str | os.PathLike, viterbi: bool = True) -> AlignmentResult:
+        """Align a fast_align input file (``src ||| tgt``, tokenised), like ``fast_align -i path``."""
+        return self.align(iter_parallel_tokens(path), viterbi)
+
+    def align(self, pairs: Iterable[tuple[list[str], list[str]]], viterbi: bool = True) -> AlignmentResult:
+        """Align (source tokens, target tokens) pairs, read once from any iterable.
+
+        ``viterbi=False`` skips fast_align's final pass, which only finds the links: the table is the same.
+        """
+        opt = self.options
+        corpus = _Corpus(pairs, opt.reverse, self.shard_links)
+        tension = opt.diagonal_tension
+        t, log, link_shards = None, [], None
+        for iteration in range(opt.iterations):
+            final = iteration == opt.iterations - 1
+            if final and not viterbi:
+                break
+            want_feature = opt.favor_diagonal and opt.optimize_tension and iteration > 0 and not final
+            entry = IterationLog(iteration + 1, final, 0.0, corpus.num_tokens, 0.0,
+                                 0.0 if want_feature else None, tension=tension)
+            prior_cells = corpus.prior.cells(tension, 1.0 - opt.p_null) if opt.favor_diagonal else None
+            feature_cells = corpus.prior.feature0_cells() if want_feature else None
+            counts = None if final else np.zeros(corpus.num_entries)
+            for number, shard in enumerate(corpus.shards()):
+                found = []
+                for tokens, span in shard.chunks():
+                    part = self._chunk_pass(corpus, shard, t, prior_cells, feature_cells, tokens, span, final, entry)
+                    if final:
+                        found.append(part)
+                    else:
+                        counts += part
+                if final:
+                    corpus.store.update(number, self._links(shard, found))
+            log.append(entry)
+            if final:
+                link_shards = functools.partial(self._link_shards, corpus)
+                break
+            if want_feature:
+                entry.feature /= corpus.num_tokens
+                tension, entry.tension_steps = corpus.prior.optimise_tension(tension, entry.feature, corpus.num_tokens)
+                entry.tension = tension
+            t = self._normalise(counts, corpus.entry_row, corpus.num_rows)
+        table = None
+        if t is not None:
+            table = TranslationTable([NULL_WORD] + corpus.src_vocab, corpus.tgt_vocab, corpus.entry_row,
+                                     corpus.entry_col, t)
+            if opt.no_null_word:
+                table = table.without_null()
+        return AlignmentResult(table, opt, tension, corpus.num_sentences, link_shards, log)
+
+    def _chunk_pass(self, corpus, shard, t, prior_cells, feature_cells, tokens: slice, span: slice, final: bool,
+                    entry: IterationLog):
+        """E-step over one chunk, adding to ``entry``'s sums; returns its counts (or, when final, its links)."""
+        opt = self.options
+        use_null = not opt.no_null_word
+        # p(a_j = i) t(y_j | x_i) for every link of the chunk, and for NULL
+        if opt.favor_diagonal:
+            probs = np.take(prior_cells, shard.prior_index[span])
+            null_prior = opt.p_null
+        else:
+            null_prior = 1.0 / (shard.n_of_token[tokens] + use_null)
+            probs = np.repeat(null_prior, shard.n_of_token[tokens])
+        probs *= UNINITIALISED_PROB if t is None else np.take(t, shard.pair[span])
+        sums = np.add.reduceat(probs, shard.start[tokens] - span.start)
+        null_probs = None
+        if use_null:
+            null_entries = corpus.num_pairs + shard.tgt[tokens]
+            null_probs = null_prior * (UNINITIALISED_PROB if t is None else t[null_entries])
+            sums += null_probs
+        entry.log_likelihood += float(np.log(sums).sum())
+        if final:
+            return shard.viterbi(probs, null_probs, tokens, span)
+        inv = 1.0 / sums
+        probs *= np.repeat(inv, shard.n_of_token[tokens])  # now posteriors
+        counts = np.bincount(shard.pair[span], probs, minlength=corpus.num_entries)
+        if use_null:
+            null_posteriors = null_probs * inv
+            counts += np.bincount(null_entries, null_posteriors, minlength=corpus.num_entries)
+            entry.null_posterior += float(null_posteriors.sum())
+        if feature_cells is not None:
+            entry.feature += float(np.dot(probs, np.take(feature_cells, shard.prior_index[span])))
+        return counts
+
+    def _normalise(self, counts, row, num_rows):
+        if self.options.variational_bayes:
+            alpha = self.options.alpha
+            totals = np.bincount(row, counts + alpha, minlength=num_rows)
+            totals[totals == 0] = 1.0
+            return np.exp(digamma(counts + alpha) - digamma(totals)[row])
+        totals = np.bincount(row, counts, minlength=num_rows)
+        totals[totals == 0] = 1.0
+        return counts / totals[row]
+
+    def _links(self, shard: _Shard, found) -> dict[str, np.ndarray]:
+        """A shard's Viterbi links as (sentence, source, target) arrays, oriented source-target."""
         token = np.concatenate([f[0] for f in found])
-        i = np.concatenate([f[1] for f in found])
-        j = self.token_j[token]
-        source, target = (j, i) if reverse else (i, j)
-        return Alignments(self.token_sentence[token], source, target, self.num_sentences)
+        i = np.concatenate([f[1] for f in found]).astype(np.int32)
+        j = shard.token_j[token].astype(np.int32)
+        source, target = (j, i) if self.options.reverse else (i, j)
+        return {"link_sentence": shard.token_sentence[token].astype(np.int32), "link_source": source,
+                "link_target": target}
+
+    @staticmethod
+    def _link_shards(corpus: _Corpus) -> Iterator[Alignments]:
+        for number, sentences in enumerate(corpus.shard_sentences):
+            arrays = corpus.store.get(number)
+            yield Alignments(arrays["link_sentence"], arrays["link_source"], arrays["link_target"], sentences)
 
 
 # ------------------------------------------------------------------ the real binary, for comparison
@@ -450,7 +641,9 @@ def run_fast_align_binary(src: list[str], tgt: list[str], options: AlignerOption
         table = Path(tmp) / "table.txt"
         corpus.write_text(format_parallel(src, tgt), encoding="utf-8")
         command = [path, "-i", str(corpus), *options.fast_align_args(), "-p", str(table)]
-        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+        # one thread: with OpenMP threads fast_align's count update races, and two runs can differ
+        done = subprocess.run(command, capture_output=True, text=True,
+                              env={**os.environ, "LC_ALL": "C", "OMP_NUM_THREADS": "1"})
         if done.returncode != 0:
             raise CorpusError(f"{' '.join(command)} failed (exit {done.returncode}): {done.stderr[-500:]}")
         links_file = Path(tmp) / "links.txt"
@@ -460,4 +653,4 @@ def run_fast_align_binary(src: list[str], tgt: list[str], options: AlignerOption
             raise CorpusError(f"fast_align wrote {alignments.num_sentences} alignment lines for {len(src)} pairs")
         ttable = read_table(table) if table.exists() and table.stat().st_size else None
     # the table file is already pruned; pruning again with the same threshold keeps it as it is
-    return AlignmentResult(alignments, ttable, options, float("nan"))
+    return AlignmentResult(ttable, options, float("nan"), alignments.num_sentences, lambda: iter([alignments]))

@@ -9,20 +9,30 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+@contextmanager
+def writing(path: str | os.PathLike):
+    """A text handle on a temporary file beside ``path``, renamed into place when the block succeeds.
+
+    For output written piece by piece (a corpus-sized alignment file); on failure nothing replaces ``path``.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place."""
+    with writing(path) as handle:
+        handle.write(text)
 
 
 def write_json(path: str | os.PathLike, data) -> None:
