@@ -508,9 +508,9 @@ class _DiagonalPrior:
 class FastAlign:
     """Train fast_align's model on a tokenised parallel corpus and return links and table."""
 
-    def __init__(self, options: AlignerOptions = RECOMMENDED, shard_links: int = SHARD_LINKS):
+    def __init__(self, options: AlignerOptions = RECOMMENDED, shard_links: int | None = None):
         self.options = options
-        self.shard_links = shard_links
+        self.shard_links = shard_links or SHARD_LINKS
 
     def align_lines(self, src: list[str], tgt: list[str], viterbi: bool = True) -> AlignmentResult:
         """Align whitespace-tokenised, line-aligned sentences (each side non-empty)."""

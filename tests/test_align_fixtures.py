@@ -79,7 +79,7 @@ def within_printed_digits(ours: float, theirs_text: str) -> bool:
 @pytest.mark.parametrize("name,shard_links", [(name, None) for name in SETS] + [("dov", 50_000)])
 def test_matches_the_fast_align_binary(corpus, name, shard_links):
     opt = SETS[name]
-    result = (FastAlign(opt, shard_links) if shard_links else FastAlign(opt)).align_file(corpus)
+    result = FastAlign(opt, shard_links).align_file(corpus)
 
     # the log: every number we print is fast_align's to its printed digits, iteration by iteration; it prints
     # the posterior feature every iteration, we only where the tension is optimised
