@@ -1,6 +1,7 @@
 """Command line: ``python -m nat_kd.analyze {align,complexity,faithfulness,reordering,modes,report}``.
 
-A thin face over the library (nat_kd.align, nat_kd.metrics, nat_kd.report); see docs/analysis.md.
+The face of the analysis package (nat_kd/analysis: aligner, formats, tokenizers, metrics, report); see
+docs/analysis.md.
 """
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from nat_kd.align import AlignerOptions
-from nat_kd.alignment_io import format_alignments, format_table, iter_parallel_tokens, read_alignments, read_table
+from nat_kd.analysis.align import AlignerOptions
+from nat_kd.analysis.formats import format_alignments, format_table, iter_parallel_tokens, read_alignments, read_table
 from nat_kd.atomic import write_text, writing
 from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_file
-from nat_kd.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.metrics.base import ALIGNERS, align_line_pairs
-from nat_kd.metrics.faithfulness import DEFAULT_FLOOR
-from nat_kd.tokenizers import TOKENIZERS, get_tokenizer
+from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
+from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs
+from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR
+from nat_kd.analysis.tokenizers import TOKENIZERS, get_tokenizer
 
 
 # ------------------------------------------------------------------ shared flags
@@ -179,7 +180,7 @@ def cmd_modes(args):
 
 
 def cmd_report(args):
-    from nat_kd.report import AnalysisReport, DataSet, set_from_arg, set_from_dir
+    from nat_kd.analysis.report import AnalysisReport, DataSet, set_from_arg, set_from_dir
 
     if args.real_src and args.real_tgt:
         real = DataSet(args.real_name, Path(args.real_src), Path(args.real_tgt))

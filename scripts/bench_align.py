@@ -36,15 +36,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from nat_kd.align import RECOMMENDED  # noqa: E402
-from nat_kd.alignment_io import format_alignments, format_parallel, format_table  # noqa: E402
+from nat_kd.analysis.align import RECOMMENDED  # noqa: E402
+from nat_kd.analysis.formats import format_alignments, format_parallel, format_table  # noqa: E402
 from nat_kd.corpus import data_dir, read_lines, split_file  # noqa: E402
 
 
 def worker(corpus: str, out_dir: str) -> None:
     """One timed run in this process; prints a JSON line."""
-    from nat_kd.align import FastAlign
-    from nat_kd.metrics import Complexity
+    from nat_kd.analysis.align import FastAlign
+    from nat_kd.analysis.metrics import Complexity
 
     start, cpu_start = time.perf_counter(), time.process_time()
     result = FastAlign(RECOMMENDED).align_file(corpus)
@@ -99,7 +99,7 @@ def run_worker(corpus: Path, out_dir: Path, kind: str = "align", env: dict | Non
 
 
 def tokenised_train(data: str | None) -> tuple[list[str], list[str], str]:
-    from nat_kd.tokenizers import get_tokenizer
+    from nat_kd.analysis.tokenizers import get_tokenizer
 
     directory = data_dir(data)
     tok = get_tokenizer("13a", lowercase=True)

@@ -6,11 +6,11 @@ import random
 import numpy as np
 import pytest
 
-from nat_kd.align import (RECOMMENDED, AlignerOptions, FastAlign, _compute_dlogz, _compute_z, digamma,
+from nat_kd.analysis.align import (RECOMMENDED, AlignerOptions, FastAlign, _compute_dlogz, _compute_z, digamma,
                           run_fast_align_binary)
 
 TIE = 1e-9  # links whose scores differ by less than this (relative) are decided by rounding, not by the model
-from nat_kd.alignment_io import (NULL_WORD, Alignments, TranslationTable, format_alignments, format_table,
+from nat_kd.analysis.formats import (NULL_WORD, Alignments, TranslationTable, format_alignments, format_table,
                                  read_alignments, read_table)
 from nat_kd.corpus import CorpusError
 
@@ -313,8 +313,8 @@ def test_missing_binary_is_a_clear_error(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("shard_links", [10 ** 9, 40])
 def test_pair_ids_match_numpy_unique(monkeypatch, shard_links):
-    import nat_kd.align as align_module
-    from nat_kd.align import _Corpus
+    import nat_kd.analysis.align as align_module
+    from nat_kd.analysis.align import _Corpus
 
     src, tgt = random_corpus(5, size=60)
     monkeypatch.setattr(align_module, "CHUNK_LINKS", 13)  # several chunks
@@ -335,7 +335,7 @@ def test_pair_ids_match_numpy_unique(monkeypatch, shard_links):
 
 
 def test_shards_spill_to_disk_and_read_back():
-    from nat_kd.align import _ShardStore
+    from nat_kd.analysis.align import _ShardStore
 
     store = _ShardStore()
     first = {"a": np.arange(5, dtype=np.int32)}
@@ -350,7 +350,7 @@ def test_shards_spill_to_disk_and_read_back():
 
 
 def test_chunked_e_step_gives_the_same_model(monkeypatch):
-    import nat_kd.align as align_module
+    import nat_kd.analysis.align as align_module
 
     src, tgt = random_corpus(11)
     whole = FastAlign(RECOMMENDED).align_lines(src, tgt)
@@ -378,7 +378,7 @@ def test_align_file_reads_fast_align_input(tmp_path):
     ("|||x ||| y", ["|||x"], ["y"]),
 ])
 def test_fast_align_input_splits_at_the_first_separator_token(tmp_path, line, src, tgt):
-    from nat_kd.alignment_io import read_parallel_tokens
+    from nat_kd.analysis.formats import read_parallel_tokens
 
     (tmp_path / "c.txt").write_text(line + "\n")
     assert read_parallel_tokens(tmp_path / "c.txt") == ([src], [tgt])

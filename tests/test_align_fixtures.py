@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nat_kd.align import AlignerOptions, FastAlign
-from nat_kd.alignment_io import NULL_WORD, format_alignments, format_table
+from nat_kd.analysis.align import AlignerOptions, FastAlign
+from nat_kd.analysis.formats import NULL_WORD, format_alignments, format_table
 from nat_kd.corpus import PROJECT_ROOT
 
 FIXTURES = Path(os.environ.get("NAT_KD_FAST_ALIGN_FIXTURES") or PROJECT_ROOT.parent / "shared" / "fixtures" / "fast_align")

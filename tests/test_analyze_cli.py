@@ -140,7 +140,7 @@ def test_tension_flag_implies_favour_diagonal(tmp_path, capsys):
 def test_tokenisers(tmp_path):
     import sentencepiece
 
-    from nat_kd.tokenizers import get_tokenizer
+    from nat_kd.analysis.tokenizers import get_tokenizer
 
     assert get_tokenizer("13a", lowercase=True)("A man, a plan.") == "a man , a plan ."
     assert get_tokenizer("none")("  a  b\tc ") == "a b c"
@@ -158,7 +158,7 @@ def test_tokenisers(tmp_path):
 def test_many_shards_give_the_same_outputs(corpus, monkeypatch):
     """A corpus too big for one shard (here: 10 links a shard) is spilled to disk and streamed; every output
     must be the one-shard run's."""
-    import nat_kd.align
+    import nat_kd.analysis.align
 
     def run(tag):
         out = corpus / tag
@@ -172,7 +172,7 @@ def test_many_shards_give_the_same_outputs(corpus, monkeypatch):
             json.loads((out / "report" / "report.json").read_text())["rows"]
 
     whole, whole_rows = run("whole")
-    monkeypatch.setattr(nat_kd.align, "SHARD_LINKS", 10)
+    monkeypatch.setattr(nat_kd.analysis.align, "SHARD_LINKS", 10)
     sharded, sharded_rows = run("sharded")
     assert sharded == whole and sharded_rows == whole_rows
     assert whole["links"].splitlines()[2] == "0-0 1-1 2-2 3-3"
@@ -182,9 +182,9 @@ def test_many_shards_give_the_same_outputs(corpus, monkeypatch):
 def test_report_bleu_is_sacrebleus_corpus_score(corpus, monkeypatch):
     import sacrebleu
 
-    import nat_kd.report
+    import nat_kd.analysis.report
 
-    monkeypatch.setattr(nat_kd.report, "TOKENIZE_BLOCK", 3)  # BLEU statistics summed over two blocks
+    monkeypatch.setattr(nat_kd.analysis.report, "TOKENIZE_BLOCK", 3)  # BLEU statistics summed over two blocks
     (corpus / "hyp.de").write_text("Ein Mann reitet .\nEine Frau liest ein Buch .\nZwei Hunde spielen .\nEin Mann .\n")
     assert main(["report", "--data-dir", str(corpus), "--set", f"hyp={corpus / 'train.en'},{corpus / 'hyp.de'}",
                  "--out", str(corpus / "r")]) == 0

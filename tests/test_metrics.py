@@ -4,10 +4,10 @@ import math
 import numpy as np
 import pytest
 
-from nat_kd.alignment_io import NULL_WORD, Alignments, TranslationTable
-from nat_kd.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.metrics.base import Signature
-from nat_kd.tokenizers import get_tokenizer
+from nat_kd.analysis.formats import NULL_WORD, Alignments, TranslationTable
+from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
+from nat_kd.analysis.metrics.base import Signature
+from nat_kd.analysis.tokenizers import get_tokenizer
 
 
 def table(entries):
@@ -142,7 +142,7 @@ def test_scores_carry_comparable_signatures():
 
 
 def test_faithfulness_refuses_corpora_aligned_differently():
-    from nat_kd.align import AlignerOptions
+    from nat_kd.analysis.align import AlignerOptions
 
     src, tgt = ["a house .", "a cat ."], ["ein haus .", "eine katze ."]
     tok = get_tokenizer("none")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nat_kd.alignment_io import (NULL_WORD, Alignments, TranslationTable, format_parallel, iter_parallel_tokens,
+from nat_kd.analysis.formats import (NULL_WORD, Alignments, TranslationTable, format_parallel, iter_parallel_tokens,
                                  read_alignments, read_table)
 from nat_kd.corpus import CorpusError
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nat_kd.alignment_io import Alignments
-from nat_kd.metrics.base import Signature
+from nat_kd.analysis.formats import Alignments
+from nat_kd.analysis.metrics.base import Signature
 
 
 def sentence_scores(alignments: Alignments) -> np.ndarray:

@@ -7,10 +7,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from nat_kd import __version__
-from nat_kd.align import RECOMMENDED, AlignerOptions, AlignmentResult, FastAlign, run_fast_align_binary
-from nat_kd.alignment_io import check_pair
+from nat_kd.analysis.align import RECOMMENDED, AlignerOptions, AlignmentResult, FastAlign, run_fast_align_binary
+from nat_kd.analysis.formats import check_pair
 from nat_kd.corpus import CorpusError
-from nat_kd.tokenizers import Tokenizer
+from nat_kd.analysis.tokenizers import Tokenizer
 
 ALIGNERS = ("builtin", "fast_align")
 
@@ -30,9 +30,6 @@ class Signature:
 
     def comparable(self, other: "Signature") -> bool:
         return self.settings == other.settings
-
-    def as_dict(self) -> dict:
-        return {"metric": self.metric, **self.settings, "version": __version__}
 
 
 def log_base_divisor(log_base: str) -> float:

@@ -17,14 +17,14 @@ import sacrebleu
 from sacrebleu.utils import sum_of_lists
 
 from nat_kd import __version__
-from nat_kd.align import RECOMMENDED, AlignerOptions
+from nat_kd.analysis.align import RECOMMENDED, AlignerOptions
 from nat_kd.atomic import write_text
 from nat_kd.corpus import CorpusError, iter_lines, read_lines, split_file
-from nat_kd.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.metrics.base import TOKENIZE_BLOCK, parallel_lines
-from nat_kd.metrics.faithfulness import DEFAULT_FLOOR
-from nat_kd.plotting import plot_complexity_faithfulness, plot_mode_mix
-from nat_kd.tokenizers import Tokenizer
+from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
+from nat_kd.analysis.metrics.base import TOKENIZE_BLOCK, parallel_lines
+from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR
+from nat_kd.analysis.plotting import plot_complexity_faithfulness, plot_mode_mix
+from nat_kd.analysis.tokenizers import Tokenizer
 
 
 @dataclass
