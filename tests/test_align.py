@@ -133,12 +133,8 @@ OPTION_SETS = [
 ]
 
 
-@pytest.mark.parametrize("opt", OPTION_SETS, ids=lambda o: o.signature())
-def test_matches_token_by_token_reference(opt):
-    src, tgt = random_corpus(7)
-    result = FastAlign(opt).align_lines(src, tgt)
-    ref_links, ref_table, ref_tension = reference_fast_align(
-        [(s.split(), t.split()) for s, t in zip(src, tgt)], opt)
+def assert_links_within_ties(result, ref_links, opt):
+    """Each link is the reference's choice, or another one within rounding of it (see reference_fast_align)."""
     ties = 0
     for k, candidates in enumerate(ref_links):
         # the aligned side's position -> the other side's position (or None when NULL wins)
@@ -147,6 +143,15 @@ def test_matches_token_by_token_reference(opt):
         assert all(c in allowed for c, allowed in zip(chosen, candidates)), (k, chosen, candidates)
         ties += sum(len(allowed) > 1 for allowed in candidates)
     assert ties <= 2  # nearly every link is decided by the model, so the comparison has teeth
+
+
+@pytest.mark.parametrize("opt", OPTION_SETS, ids=lambda o: o.signature())
+def test_matches_token_by_token_reference(opt):
+    src, tgt = random_corpus(7)
+    result = FastAlign(opt).align_lines(src, tgt)
+    ref_links, ref_table, ref_tension = reference_fast_align(
+        [(s.split(), t.split()) for s, t in zip(src, tgt)], opt)
+    assert_links_within_ties(result, ref_links, opt)
     table = result.table
     ours = {(table.rows[r], table.cols[c]): p for r, c, p in zip(table.row, table.col, table.prob)}
     assert ours.keys() == ref_table.keys()
@@ -356,7 +361,10 @@ def test_chunked_e_step_gives_the_same_model(monkeypatch):
     whole = FastAlign(RECOMMENDED).align_lines(src, tgt)
     monkeypatch.setattr(align_module, "CHUNK_LINKS", 7)
     pieces = FastAlign(RECOMMENDED).align_lines(src, tgt)
-    assert format_alignments(pieces.alignments) == format_alignments(whole.alignments)
+    # chunks change the order counts are summed in, so links on rounding ties may go either way
+    ref_links = reference_fast_align([(s.split(), t.split()) for s, t in zip(src, tgt)], RECOMMENDED)[0]
+    assert_links_within_ties(whole, ref_links, RECOMMENDED)
+    assert_links_within_ties(pieces, ref_links, RECOMMENDED)
     assert pieces.table.prob == pytest.approx(whole.table.prob, rel=1e-12)
     assert pieces.final_tension == pytest.approx(whole.final_tension, rel=1e-12)
 
