@@ -67,8 +67,9 @@ def parallel_lines(src: Iterable[str], tgt: Iterable[str], names: tuple[str, str
         yield s, t
 
 
-class _CheckedPairs:
-    """Tokenised (source, target) token lists of line pairs, checked for what fast_align cannot read.
+class TokenizedPairs:
+    """Tokenised (source, target) token lists of line pairs, checked for what fast_align cannot read: what the
+    aligner sees, for any measure that must count the same tokens.
 
     Iterated once, a block of lines at a time; afterwards ``pairs`` and ``dropped`` hold the counts.
     """
@@ -112,7 +113,7 @@ def align_line_pairs(lines: Iterable[tuple[str, str]], tokenizer: Tokenizer,
                      names: tuple[str, str] = ("source", "target"), drop_empty: bool = False,
                      links: bool = True) -> AlignedCorpus:
     """``align_corpus`` for (source line, target line) pairs."""
-    pairs = _CheckedPairs(lines, tokenizer, names, drop_empty)
+    pairs = TokenizedPairs(lines, tokenizer, names, drop_empty)
     if aligner == "builtin":
         result = FastAlign(options).align(pairs, viterbi=links)
     elif aligner == "fast_align":
