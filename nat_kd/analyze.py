@@ -1,6 +1,7 @@
 """Command line: ``python -m nat_kd.analyze {align,complexity,faithfulness,reordering,modes,report}``.
 
-A thin face over the library (nat_kd.align, nat_kd.metrics, nat_kd.report); see docs/analysis.md.
+The face of the analysis package (nat_kd/analysis: aligner, formats, tokenizers, metrics, report); see
+docs/analysis.md.
 """
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ import json
 import sys
 from pathlib import Path
 
-from nat_kd.align import AlignerOptions
-from nat_kd.alignment_io import (format_alignments, format_table, read_alignments, read_parallel_text,
-                                 read_table, write_atomically)
-from nat_kd.corpus import CorpusError, data_dir, read_lines, read_parallel, split_file
-from nat_kd.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.metrics.base import ALIGNERS
-from nat_kd.metrics.faithfulness import DEFAULT_FLOOR
-from nat_kd.tokenizers import TOKENIZERS, get_tokenizer
+import numpy as np
+
+from nat_kd.analysis.align import AlignerOptions
+from nat_kd.analysis.formats import format_alignments, format_table, iter_parallel_tokens, read_alignments, read_table
+from nat_kd.atomic import write_text, writing
+from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_file
+from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
+from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs
+from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR
+from nat_kd.analysis.tokenizers import TOKENIZERS, get_tokenizer
 
 
 # ------------------------------------------------------------------ shared flags
@@ -68,39 +71,43 @@ def add_text_inputs(parser, prefix: str = "", required: bool = False):
         parser.add_argument("-i", "--input", help="pre-tokenised fast_align input 'src ||| tgt' (implies --tok none)")
 
 
-def aligned_from_args(args, prefix: str = ""):
-    """Tokenise and align the text the arguments name."""
+def aligned_from_args(args, prefix: str = "", links: bool = True):
+    """Tokenise and align the text the arguments name, streaming it from disk (``links``: see align_corpus)."""
     options = aligner_options(args)
     src_file, tgt_file = getattr(args, f"{prefix}src"), getattr(args, f"{prefix}tgt")
     if not prefix and getattr(args, "input", None):
-        src, tgt = read_parallel_text(args.input)
-        tokenizer, names = get_tokenizer("none", args.lowercase), (args.input, args.input)
-    elif src_file and tgt_file:
-        src, tgt = read_parallel(Path(src_file), Path(tgt_file))
-        tokenizer, names = get_tokenizer(args.tok, args.lowercase, args.spm_model), (src_file, tgt_file)
-    else:
-        flag = "--src/--tgt or -i" if not prefix else f"--{prefix.replace('_', '-')}src and --{prefix.replace('_', '-')}tgt"
-        raise CorpusError(f"no input: pass {flag}")
-    return align_corpus(src, tgt, tokenizer, options, args.aligner, names, args.drop_empty)
+        lines = ((" ".join(s), " ".join(t)) for s, t in iter_parallel_tokens(args.input))
+        return align_line_pairs(lines, get_tokenizer("none", args.lowercase), options, args.aligner,
+                                (args.input, args.input), args.drop_empty, links)
+    if src_file and tgt_file:
+        return align_corpus(iter_lines(src_file), iter_lines(tgt_file),
+                            get_tokenizer(args.tok, args.lowercase, args.spm_model), options, args.aligner,
+                            (src_file, tgt_file), args.drop_empty, links)
+    flag = "--src/--tgt or -i" if not prefix else f"--{prefix.replace('_', '-')}src and --{prefix.replace('_', '-')}tgt"
+    raise CorpusError(f"no input: pass {flag}")
 
 
 def emit_json(path, payload):
     if path:
-        write_atomically(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        write_text(path, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
 
 
 # ------------------------------------------------------------------ subcommands
 
 def cmd_align(args):
     aligned = aligned_from_args(args)
-    text = format_alignments(aligned.result.alignments)
     if args.alignments:
-        write_atomically(args.alignments, text)
+        with writing(args.alignments) as out:
+            for shard in aligned.result.alignment_shards():
+                out.write(format_alignments(shard))
     else:
-        sys.stdout.write(text)
+        for shard in aligned.result.alignment_shards():
+            sys.stdout.write(format_alignments(shard))
     if args.p:
-        write_atomically(args.p, format_table(aligned.result.exported_table()))
-    print(f"aligned {len(aligned.src_tokens)} pairs | {aligned.settings}", file=sys.stderr)
+        write_text(args.p, format_table(aligned.result.exported_table()))
+    if args.log:
+        write_text(args.log, aligned.result.format_log())
+    print(f"aligned {aligned.pairs} pairs | {aligned.settings}", file=sys.stderr)
 
 
 def cmd_complexity(args):
@@ -108,7 +115,7 @@ def cmd_complexity(args):
     if args.table:
         score = metric.table_score(read_table(args.table), {"table": args.table})
     else:
-        aligned = aligned_from_args(args)
+        aligned = aligned_from_args(args, links=False)
         score = metric.table_score(aligned.result.exported_table(), aligned.settings)
     print(score.format())
     if args.top:
@@ -126,8 +133,8 @@ def cmd_faithfulness(args):
         score = metric.table_score(read_table(args.real_table), read_table(args.distilled_table),
                                    {"tables": f"{args.real_table},{args.distilled_table}"})
     else:
-        real = aligned_from_args(args, "real_")
-        distilled = aligned_from_args(args, "distilled_")
+        real = aligned_from_args(args, "real_", links=False)
+        distilled = aligned_from_args(args, "distilled_", links=False)
         score = metric.table_score(real.result.exported_table(), distilled.result.exported_table(), real.settings)
     print(score.format())
     emit_json(args.json, {"score": score.score, "vocab_size": score.vocab_size,
@@ -140,10 +147,10 @@ def cmd_reordering(args):
         score = metric.corpus_score(read_alignments(args.alignments), {"alignments": args.alignments})
     else:
         aligned = aligned_from_args(args)
-        score = metric.corpus_score(aligned.result.alignments, aligned.settings)
+        score = metric.corpus_score(aligned.result.alignment_shards(), aligned.settings)
     print(score.format())
     if args.per_sentence:
-        write_atomically(args.per_sentence, "".join("nan\n" if s != s else f"{s:.6f}\n" for s in score.sentences))
+        write_text(args.per_sentence, "".join("nan\n" if np.isnan(s) else f"{s:.6f}\n" for s in score.sentences))
     emit_json(args.json, {"score": score.score, "sentences": len(score.sentences), "skipped": score.skipped,
                           "signature": str(score.signature)})
 
@@ -173,7 +180,7 @@ def cmd_modes(args):
 
 
 def cmd_report(args):
-    from nat_kd.report import AnalysisReport, DataSet, set_from_arg, set_from_dir
+    from nat_kd.analysis.report import AnalysisReport, DataSet, set_from_arg, set_from_dir
 
     if args.real_src and args.real_tgt:
         real = DataSet(args.real_name, Path(args.real_src), Path(args.real_tgt))
@@ -203,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_aligner_flags(p, recommended=False)
     p.add_argument("--alignments", help="write Pharaoh links here (default: stdout)")
     p.add_argument("-p", help="write the conditional probability table here, as fast_align -p")
+    p.add_argument("--log", help="write the per-iteration training trace here, in fast_align's stderr format")
     p.set_defaults(func=cmd_align)
 
     p = sub.add_parser("complexity", help="C(d): mean entropy of the source words' translation distributions")

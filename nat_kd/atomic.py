@@ -27,13 +27,20 @@ def replacing(path: str | os.PathLike):
         raise
 
 
+@contextmanager
+def writing(path: str | os.PathLike):
+    """A text handle (UTF-8, ``\\n`` line ends) on a temporary file beside ``path``, renamed into place when the
+    block succeeds: for output written piece by piece (a corpus-sized alignment file)."""
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as handle:
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8, ``\\n`` line ends) to a temporary file beside ``path``, then rename it into place."""
-    with replacing(path) as tmp:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+    with writing(path) as handle:
+        handle.write(text)
 
 
 def write_json(path: str | os.PathLike, data) -> None:

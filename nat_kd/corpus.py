@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import NatKdError
@@ -39,6 +40,19 @@ def split_file(directory: Path, split: str, lang: str) -> Path:
         if (directory / name).is_file():
             return directory / name
     raise CorpusError(f"{directory}: no {split}.{lang}.gz or {split}.{lang}; check --data-dir and the language pair")
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[str]:
+    """The lines of a (possibly gzipped) UTF-8 file one by one, without line ends: memory stays flat."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                yield line.rstrip(b"\n").rstrip(b"\r").decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise CorpusError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
+                                  "re-encode the file as UTF-8") from None
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

@@ -140,7 +140,7 @@ def test_tension_flag_implies_favour_diagonal(tmp_path, capsys):
 def test_tokenisers(tmp_path):
     import sentencepiece
 
-    from nat_kd.tokenizers import get_tokenizer
+    from nat_kd.analysis.tokenizers import get_tokenizer
 
     assert get_tokenizer("13a", lowercase=True)("A man, a plan.") == "a man , a plan ."
     assert get_tokenizer("none")("  a  b\tc ") == "a b c"
@@ -153,3 +153,42 @@ def test_tokenisers(tmp_path):
     assert spm.settings == {"tok": "spm(m.model)", "lc": "no"}
     with pytest.raises(ValueError, match="--spm-model"):
         get_tokenizer("spm")
+
+
+def test_many_shards_give_the_same_outputs(corpus, monkeypatch):
+    """A corpus too big for one shard (here: 10 links a shard) is spilled to disk and streamed; every output
+    must be the one-shard run's."""
+    import nat_kd.analysis.align
+
+    def run(tag):
+        out = corpus / tag
+        args = ["--src", str(corpus / "train.en"), "--tgt", str(corpus / "train.de.gz")]
+        assert main(["align", *args, "-d", "-o", "-v", "--alignments", str(out / "links"), "-p", str(out / "table"),
+                     "--log", str(out / "log")]) == 0
+        assert main(["reordering", *args, "--per-sentence", str(out / "frs"), "--json", str(out / "frs.json")]) == 0
+        assert main(["report", "--data-dir", str(corpus), "--set", f"copy={corpus / 'train.en'},{corpus / 'train.de.gz'}",
+                     "--out", str(out / "report")]) == 0
+        return {name: (out / name).read_text() for name in ("links", "table", "log", "frs", "frs.json")}, \
+            json.loads((out / "report" / "report.json").read_text())["rows"]
+
+    whole, whole_rows = run("whole")
+    monkeypatch.setattr(nat_kd.analysis.align, "SHARD_LINKS", 10)
+    sharded, sharded_rows = run("sharded")
+    assert sharded == whole and sharded_rows == whole_rows
+    assert whole["links"].splitlines()[2] == "0-0 1-1 2-2 3-3"
+    assert "final tension" in whole["log"]
+
+
+def test_report_bleu_is_sacrebleus_corpus_score(corpus, monkeypatch):
+    import sacrebleu
+
+    import nat_kd.analysis.report
+
+    monkeypatch.setattr(nat_kd.analysis.report, "TOKENIZE_BLOCK", 3)  # BLEU statistics summed over two blocks
+    (corpus / "hyp.de").write_text("Ein Mann reitet .\nEine Frau liest ein Buch .\nZwei Hunde spielen .\nEin Mann .\n")
+    assert main(["report", "--data-dir", str(corpus), "--set", f"hyp={corpus / 'train.en'},{corpus / 'hyp.de'}",
+                 "--out", str(corpus / "r")]) == 0
+    row = json.loads((corpus / "r" / "report.json").read_text())["rows"][1]
+    expected = sacrebleu.BLEU(lowercase=True).corpus_score((corpus / "hyp.de").read_text().splitlines(), [DE])
+    assert row["bleu"] == pytest.approx(expected.score, abs=1e-9)
+    assert row["length_ratio"] == pytest.approx(expected.sys_len / expected.ref_len)

@@ -4,10 +4,10 @@ import math
 import numpy as np
 import pytest
 
-from nat_kd.alignment_io import NULL_WORD, Alignments, TranslationTable
-from nat_kd.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.metrics.base import Signature
-from nat_kd.tokenizers import get_tokenizer
+from nat_kd.analysis.formats import NULL_WORD, Alignments, TranslationTable
+from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
+from nat_kd.analysis.metrics.base import Signature
+from nat_kd.analysis.tokenizers import get_tokenizer
 
 
 def table(entries):
@@ -131,7 +131,7 @@ def test_mode_prior_shifts_the_posterior():
 def test_scores_carry_comparable_signatures():
     tok = get_tokenizer("13a", lowercase=True)
     aligned = align_corpus(["A house .", "A cat ."], ["Ein Haus .", "Eine Katze ."], tok)
-    assert aligned.src_tokens == ["a house .", "a cat ."]
+    assert aligned.pairs == 2 and aligned.result.table.rows == ["<eps>", "a", "house", ".", "cat"]  # 13a, lowercased
     c = Complexity().table_score(aligned.result.exported_table(), aligned.settings)
     r = Reordering().corpus_score(aligned.result.alignments, aligned.settings)
     text = str(c.signature)
@@ -142,7 +142,7 @@ def test_scores_carry_comparable_signatures():
 
 
 def test_faithfulness_refuses_corpora_aligned_differently():
-    from nat_kd.align import AlignerOptions
+    from nat_kd.analysis.align import AlignerOptions
 
     src, tgt = ["a house .", "a cat ."], ["ein haus .", "eine katze ."]
     tok = get_tokenizer("none")
@@ -172,7 +172,7 @@ def test_token_weighted_and_frequency_bucketed_complexity():
 
 
 def test_missing_mass_and_interpolated_faithfulness():
-    from nat_kd.metrics.faithfulness import InterpolatedFaithfulness, missing_mass
+    from nat_kd.analysis.metrics.faithfulness import InterpolatedFaithfulness, missing_mass
 
     real = table({("a", "x"): 0.5, ("a", "y"): 0.5, ("b", "x"): 1.0})
     distilled = table({("a", "x"): 1.0})  # a lost y; b is missing altogether
@@ -200,7 +200,7 @@ def test_faithfulness_grows_with_the_missing_mass_as_the_floor_falls():
 
 
 def test_surface_stats_types_tokens_and_repeated_ngrams():
-    from nat_kd.metrics.surface import surface_stats
+    from nat_kd.analysis.metrics.surface import surface_stats
 
     lines = ["a man a", "man runs", "", "the the dog", "a man a man"]
     stats = surface_stats(lines, [1, 2, 3])

@@ -393,7 +393,7 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
     real = rows["real"]
     assert all(f == pytest.approx(0.0, abs=1e-9) for f in real["faithfulness_floors"].values())
     assert real["missing_mass"] == 0.0 and real["faithfulness_interpolated"] > 0  # interpolation costs the real data too
-    from nat_kd.tokenizers import get_tokenizer
+    from nat_kd.analysis.tokenizers import get_tokenizer
 
     sources = (Path(steps["prepare"]["result"]["dir"]) / "raw" / "train.en").read_text().splitlines()
     source_types = {w for line in get_tokenizer("13a", lowercase=True).corpus(sources) for w in line.split()}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 PROFILES = Path(__file__).parent / "profiles"
 STRATEGIES = ("beam", "greedy", "sampling", "topk", "topp", "seq-inter")
-# [analysis]: the detailed measures of nat_kd.report.DetailedAnalysisReport (off unless detailed = true)
+# [analysis]: the detailed measures of nat_kd.analysis.report.DetailedAnalysisReport (off unless detailed = true)
 ANALYSIS_DEFAULTS = {"detailed": False,
                      "buckets": [1, 2, 5, 20, 100],  # lower edges of the source-frequency buckets of C(d)
                      "floors": [1e-9, 1e-6, 1e-3],  # F(d) at each smoothing floor

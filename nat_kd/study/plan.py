@@ -109,8 +109,8 @@ def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, 
 
 def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, tgt: str, out: str,
                   details: dict | None = None) -> dict:
-    from nat_kd.report import AnalysisReport, DataSet, DetailedAnalysisReport
-    from nat_kd.tokenizers import get_tokenizer
+    from nat_kd.analysis.report import AnalysisReport, DataSet, DetailedAnalysisReport
+    from nat_kd.analysis.tokenizers import get_tokenizer
 
     prepared = Path(ctx.results[prepare]["dir"])
     real = DataSet("real", prepared / "raw" / f"train.{src}", prepared / "raw" / f"train.{tgt}", "reference")
@@ -131,8 +131,8 @@ def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, 
 def modes_step(ctx: StepContext, *, prepare: str, systems: dict, distilled: str, src: str) -> dict:
     """The multi-modality diagnostic: the language mix of each system's test outputs and of the real and the
     distilled training targets, under unigram models of each target language's real training text."""
-    from nat_kd.metrics import Modes, UnigramModels
-    from nat_kd.tokenizers import get_tokenizer
+    from nat_kd.analysis.metrics import Modes, UnigramModels
+    from nat_kd.analysis.tokenizers import get_tokenizer
 
     prepared = Path(ctx.results[prepare]["dir"])
     tokenizer = get_tokenizer("13a", lowercase=True)

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from nat_kd import __version__, atomic
-from nat_kd.plotting import plot_mode_mix, plt, save_figure
+from nat_kd.analysis.plotting import plot_mode_mix, plt, save_figure
 
 from .config import StudyConfig
 

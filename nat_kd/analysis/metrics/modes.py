@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nat_kd.metrics.base import Signature
+from nat_kd.analysis.metrics.base import Signature
 
 
 class UnigramModels:

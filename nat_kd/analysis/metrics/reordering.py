@@ -13,12 +13,13 @@ The corpus score is the mean of the sentence scores.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from nat_kd.alignment_io import Alignments
-from nat_kd.metrics.base import Signature
+from nat_kd.analysis.formats import Alignments
+from nat_kd.analysis.metrics.base import Signature
 
 
 def sentence_scores(alignments: Alignments) -> np.ndarray:
@@ -61,8 +62,11 @@ class ReorderingScore:
 class Reordering:
     """Fuzzy reordering score of a corpus alignment."""
 
-    def corpus_score(self, alignments: Alignments, settings: dict | None = None) -> ReorderingScore:
-        scores = sentence_scores(alignments)
+    def corpus_score(self, alignments: Alignments | Iterable[Alignments],
+                     settings: dict | None = None) -> ReorderingScore:
+        """FRS of a corpus alignment, given whole or as shards in corpus order (``alignment_shards``)."""
+        shards = [alignments] if isinstance(alignments, Alignments) else alignments
+        scores = np.concatenate([sentence_scores(shard) for shard in shards])
         valid = ~np.isnan(scores)
         mean = float(scores[valid].mean()) if valid.any() else float("nan")
         signature = Signature("reordering", {**(settings or {}), "frs": "drop-unaligned,leftmost-target"})

@@ -1,7 +1,7 @@
 """sacrebleu's 13a tokeniser (the mteval-v13a rules BLEU uses), called, never re-implemented."""
 from __future__ import annotations
 
-from nat_kd.tokenizers.base import Tokenizer
+from nat_kd.analysis.tokenizers.base import Tokenizer
 
 
 class Tokenizer13a(Tokenizer):

@@ -6,36 +6,21 @@
 * conditional probability table (``fast_align -p``): ``x<TAB>y<TAB>ln p(y|x)``, NULL written ``<eps>``,
   numbers as C++ ``ostream`` prints a double (6 significant digits, i.e. ``%.6g``).
 
-Every writer goes through :func:`write_atomically` so a crash never leaves a half-written file.
+Writers return text; callers write it with ``nat_kd.atomic`` so a crash never leaves a half-written file.
 """
 from __future__ import annotations
 
 import os
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from nat_kd.corpus import CorpusError, read_lines
+from nat_kd.corpus import CorpusError, iter_lines, read_lines
 
 NULL_WORD = "<eps>"
 SEPARATOR = "|||"
-
-
-def write_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path`` and rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------- parallel text (`src ||| tgt`)
@@ -56,17 +41,16 @@ def format_parallel(src: list[str], tgt: list[str]) -> str:
     return "".join(f"{s} {SEPARATOR} {t}\n" for s, t in zip(src, tgt))
 
 
-def read_parallel_tokens(path: str | os.PathLike) -> tuple[list[list[str]], list[list[str]]]:
-    """Source and target tokens of a ``src ||| tgt`` file, split at the first ``|||`` token as fast_align does."""
-    src, tgt = [], []
-    for number, line in enumerate(read_lines(path), 1):
+def iter_parallel_tokens(path: str | os.PathLike) -> Iterator[tuple[list[str], list[str]]]:
+    """(source tokens, target tokens) of each line of a ``src ||| tgt`` file, split at the first ``|||`` token
+    as fast_align does; read line by line, so a corpus of any size streams through."""
+    for number, line in enumerate(iter_lines(path), 1):
         left, sep, right = line.partition(f" {SEPARATOR} ")
         if sep and SEPARATOR not in left and left.strip():  # the usual layout: split the two sides directly
-            src.append(left.split())
-            tgt.append(right.split())
-            if tgt[-1]:
+            src, tgt = left.split(), right.split()
+            if tgt:
+                yield src, tgt
                 continue
-            src.pop(), tgt.pop()
         tokens = line.split()
         try:
             cut = tokens.index(SEPARATOR)
@@ -74,15 +58,16 @@ def read_parallel_tokens(path: str | os.PathLike) -> tuple[list[list[str]], list
             raise CorpusError(f"{path}:{number}: no ' ||| ' separator; each line must be 'source ||| target'") from None
         if cut == 0 or cut == len(tokens) - 1:
             raise CorpusError(f"{path}:{number}: empty source or target side; remove the line")
-        src.append(tokens[:cut])
-        tgt.append(tokens[cut + 1:])
+        yield tokens[:cut], tokens[cut + 1:]
+
+
+def read_parallel_tokens(path: str | os.PathLike) -> tuple[list[list[str]], list[list[str]]]:
+    """Source and target tokens of a whole ``src ||| tgt`` file (see ``iter_parallel_tokens``)."""
+    src, tgt = [], []
+    for s, t in iter_parallel_tokens(path):
+        src.append(s)
+        tgt.append(t)
     return src, tgt
-
-
-def read_parallel_text(path: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """Source and target sides of a ``src ||| tgt`` file as space-joined token strings."""
-    src, tgt = read_parallel_tokens(path)
-    return [" ".join(s) for s in src], [" ".join(t) for t in tgt]
 
 
 # ---------------------------------------------------------------- Pharaoh alignments

@@ -4,10 +4,10 @@ Each is a callable ``str -> str`` (tokens joined by single spaces) with a ``sign
 """
 from __future__ import annotations
 
-from nat_kd.tokenizers.base import Tokenizer
-from nat_kd.tokenizers.none import NoneTokenizer
-from nat_kd.tokenizers.sentencepiece import SentencePieceTokenizer
-from nat_kd.tokenizers.thirteen_a import Tokenizer13a
+from nat_kd.analysis.tokenizers.base import Tokenizer
+from nat_kd.analysis.tokenizers.none import NoneTokenizer
+from nat_kd.analysis.tokenizers.sentencepiece import SentencePieceTokenizer
+from nat_kd.analysis.tokenizers.thirteen_a import Tokenizer13a
 
 TOKENIZERS = ("13a", "none", "spm")
 

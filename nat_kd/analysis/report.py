@@ -7,6 +7,7 @@ an explicit ``NAME=SRC_FILE,TGT_FILE``.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import Counter
@@ -14,16 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import sacrebleu
+from sacrebleu.utils import sum_of_lists
 
 from nat_kd import __version__
-from nat_kd.align import RECOMMENDED, AlignerOptions
-from nat_kd.alignment_io import write_atomically
-from nat_kd.corpus import CorpusError, read_lines, split_file
-from nat_kd.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.metrics.faithfulness import DEFAULT_FLOOR, InterpolatedFaithfulness, missing_mass
-from nat_kd.metrics.surface import surface_stats
-from nat_kd.plotting import plot_complexity_faithfulness, plot_mode_mix
-from nat_kd.tokenizers import Tokenizer
+from nat_kd.analysis.align import RECOMMENDED, AlignerOptions
+from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
+from nat_kd.analysis.metrics.base import TOKENIZE_BLOCK, TokenizedPairs, parallel_lines
+from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR, InterpolatedFaithfulness, missing_mass
+from nat_kd.analysis.metrics.surface import surface_stats
+from nat_kd.analysis.plotting import plot_complexity_faithfulness, plot_mode_mix
+from nat_kd.analysis.tokenizers import Tokenizer
+from nat_kd.atomic import write_text
+from nat_kd.corpus import CorpusError, iter_lines, read_lines, split_file
 
 
 @dataclass
@@ -99,8 +102,8 @@ class Report:
         out_dir = Path(out_dir)
         paths = {"markdown": out_dir / "report.md", "json": out_dir / "report.json",
                  "figure": out_dir / "complexity_vs_faithfulness.png"}
-        write_atomically(paths["markdown"], self.to_markdown())
-        write_atomically(paths["json"], self.to_json())
+        write_text(paths["markdown"], self.to_markdown())
+        write_text(paths["json"], self.to_json())
         unit = "bits" if self.signature.get("log") == "2" else "nats"
         plot_complexity_faithfulness(self.rows, paths["figure"], unit)
         if self.languages:
@@ -129,39 +132,44 @@ class AnalysisReport:
         names = [real.name] + [d.name for d in distilled]
         if len(set(names)) != len(names):
             raise CorpusError(f"set names must differ, got {names}; name them with --set NAME=... or meta.json")
-        real_src, real_tgt = read_lines(real.src), read_lines(real.tgt)
-        real_aligned = self._align(real, real_src, real_tgt)
+        real_aligned = self._align(real)
         real_table = real_aligned.result.exported_table()
-        rows = [self._row(real, real_src, real_tgt, real_aligned, real_table, real_tgt)]
+        rows = [self._row(real, real, real_aligned, real_table)]
         for data in distilled:
-            src, tgt = read_lines(data.src), read_lines(data.tgt)
-            if len(tgt) != len(real_tgt):
-                raise CorpusError(f"{data.tgt} has {len(tgt)} lines but the real {real.tgt} has {len(real_tgt)}; "
-                                  "a distilled set must be line-aligned with the real data")
-            aligned = self._align(data, src, tgt)
-            rows.append(self._row(data, src, tgt, aligned, real_table, real_tgt))
+            rows.append(self._row(data, real, self._align(data), real_table))
         bleu_sig = str(self.bleu.get_signature())
         signature = {**real_aligned.settings, "log": self.complexity.log_base, "floor": self.faithfulness.floor,
                      "frs": "drop-unaligned,leftmost-target", "bleu": bleu_sig, "nat_kd": __version__}
         return Report(rows, signature, self.modes.models.languages if self.modes else [])
 
-    def _align(self, data: DataSet, src: list[str], tgt: list[str]):
-        return align_corpus(src, tgt, self.tokenizer, self.options, self.aligner, (str(data.src), str(data.tgt)),
-                            self.drop_empty)
+    def _align(self, data: DataSet):
+        return align_corpus(iter_lines(data.src), iter_lines(data.tgt), self.tokenizer, self.options, self.aligner,
+                            (str(data.src), str(data.tgt)), self.drop_empty)
 
-    def _row(self, data, src, tgt, aligned, real_table, real_tgt) -> dict:
+    def _bleu(self, data: DataSet, real: DataSet):
+        """Corpus BLEU of the set's targets against the real ones, from sacrebleu's sufficient statistics
+        summed a block at a time (the same integers ``corpus_score`` sums), so no whole text is held."""
+        stats = None
+        lines = parallel_lines(iter_lines(data.tgt), iter_lines(real.tgt), (str(data.tgt), str(real.tgt)))
+        while block := list(itertools.islice(lines, TOKENIZE_BLOCK)):
+            hypotheses, references = (list(side) for side in zip(*block))
+            part = sum_of_lists(self.bleu._extract_corpus_statistics(hypotheses, [references]))
+            stats = part if stats is None else [a + b for a, b in zip(stats, part)]
+        return self.bleu._compute_score_from_stats(stats)
+
+    def _row(self, data: DataSet, real: DataSet, aligned, real_table) -> dict:
         table = aligned.result.exported_table()
         faithfulness = self.faithfulness.table_score(real_table, table)  # same settings by construction
-        bleu = self.bleu.corpus_score(tgt, [real_tgt])
-        row = {"name": data.name, "strategy": data.strategy, "sentences": len(aligned.src_tokens),
+        bleu = self._bleu(data, real)
+        row = {"name": data.name, "strategy": data.strategy, "sentences": aligned.pairs,
                "dropped_empty": aligned.dropped_empty,
                "complexity": self.complexity.table_score(table).score,
                "faithfulness": faithfulness.score, "missing_words": faithfulness.missing_words,
-               "reordering": self.reordering.corpus_score(aligned.result.alignments).score,
+               "reordering": self.reordering.corpus_score(aligned.result.alignment_shards()).score,
                "bleu": bleu.score, "length_ratio": bleu.sys_len / bleu.ref_len if bleu.ref_len else float("nan"),
                "src": str(data.src), "tgt": str(data.tgt)}
         if self.modes:
-            score = self.modes.corpus_score(aligned.tgt_tokens)
+            score = self.modes.corpus_score(self.tokenizer.corpus(read_lines(data.tgt)))
             row.update(mode_purity=score.mean_purity, mode_mix=score.mix, mode_unknown=score.unknown)
         return row
 
@@ -190,14 +198,18 @@ class DetailedAnalysisReport(AnalysisReport):
             "repeated_ngram": f"n:{','.join(map(str, self.repeat_n))},target-side,tokenised-as-above"}
         return report
 
-    def _row(self, data, src, tgt, aligned, real_table, real_tgt) -> dict:
-        row = super()._row(data, src, tgt, aligned, real_table, real_tgt)
+    def _row(self, data: DataSet, real: DataSet, aligned, real_table) -> dict:
+        row = super()._row(data, real, aligned, real_table)
+        # the tokens the aligner saw, held in memory: these measures are for corpora of Multi30k's size
+        names = (str(data.src), str(data.tgt))
+        pairs = list(TokenizedPairs(parallel_lines(iter_lines(data.src), iter_lines(data.tgt), names),
+                                    self.tokenizer, names, self.drop_empty))
         if self._source_counts is None:
-            self._source_counts = Counter(w for line in aligned.src_tokens for w in line.split())
+            self._source_counts = Counter(w for src, _ in pairs for w in src)
         table = aligned.result.exported_table()
         complexity = self.complexity.table_score(table)
-        surface = surface_stats(aligned.tgt_tokens, self.repeat_n)
-        target_counts = Counter(w for line in aligned.tgt_tokens for w in line.split())
+        surface = surface_stats([" ".join(tgt) for _, tgt in pairs], self.repeat_n)
+        target_counts = Counter(w for _, tgt in pairs for w in tgt)
         row.update(
             complexity_token_weighted=complexity.token_weighted(self._source_counts),
             complexity_buckets=complexity.by_frequency(self._source_counts, self.buckets),

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nat_kd.alignment_io import TranslationTable
-from nat_kd.metrics.base import AlignedCorpus, Signature, log_base_divisor
+from nat_kd.analysis.formats import TranslationTable
+from nat_kd.analysis.metrics.base import AlignedCorpus, Signature, log_base_divisor
 
 DEFAULT_FLOOR = 1e-9
 

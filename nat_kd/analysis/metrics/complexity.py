@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nat_kd.alignment_io import TranslationTable
-from nat_kd.metrics.base import AlignedCorpus, Signature, log_base_divisor
+from nat_kd.analysis.formats import TranslationTable
+from nat_kd.analysis.metrics.base import AlignedCorpus, Signature, log_base_divisor
 
 
 def row_entropies(table: TranslationTable) -> tuple[np.ndarray, np.ndarray]:
@@ -83,5 +83,5 @@ class Complexity:
                                entropy[order], Signature("complexity", {**(settings or {}), "log": self.log_base}))
 
     def corpus_score(self, aligned: AlignedCorpus) -> ComplexityScore:
-        """C(d) of an aligned corpus (see ``nat_kd.metrics.align_corpus``), from its exported table."""
+        """C(d) of an aligned corpus (see ``nat_kd.analysis.metrics.align_corpus``), from its exported table."""
         return self.table_score(aligned.result.exported_table(), aligned.settings)

@@ -1,7 +1,7 @@
 """No tokenisation: the text is already tokenised; only whitespace is normalised."""
 from __future__ import annotations
 
-from nat_kd.tokenizers.base import Tokenizer
+from nat_kd.analysis.tokenizers.base import Tokenizer
 
 
 class NoneTokenizer(Tokenizer):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nat_kd.corpus import CorpusError
-from nat_kd.tokenizers.base import Tokenizer
+from nat_kd.analysis.tokenizers.base import Tokenizer
 
 
 class SentencePieceTokenizer(Tokenizer):
