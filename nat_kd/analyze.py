@@ -15,6 +15,7 @@ import numpy as np
 from nat_kd.analysis.align import AlignerOptions
 from nat_kd.analysis.formats import format_alignments, format_table, iter_parallel_tokens, read_alignments, read_table
 from nat_kd.atomic import write_text, writing
+from nat_kd.cli import run
 from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_file
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
 from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs
@@ -277,12 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        args.func(args)
-    except (CorpusError, ValueError, OSError) as err:
-        print(f"nat-kd-analyze {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run(lambda: args.func(args))
 
 
 if __name__ == "__main__":

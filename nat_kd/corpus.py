@@ -43,8 +43,12 @@ def split_file(directory: Path, split: str, lang: str) -> Path:
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[str]:
-    """The lines of a (possibly gzipped) UTF-8 file one by one, without line ends: memory stays flat."""
+    """The lines of a (possibly gzipped) UTF-8 file one by one, without line ends: memory stays flat.
+
+    A missing file or invalid UTF-8 is a CorpusError naming the file (and line)."""
     path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"{path}: no such file; check the path")
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as handle:
         for number, line in enumerate(handle, 1):
@@ -56,22 +60,8 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:
-    """All lines of a (possibly gzipped) UTF-8 file, without line ends; invalid UTF-8 names file and line."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        raw = handle.read()
-    lines = raw.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    for number, line in enumerate(lines, 1):
-        try:
-            out.append(line.rstrip(b"\r").decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise CorpusError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
-                              "re-encode the file as UTF-8") from None
-    return out
+    """All lines of a (possibly gzipped) UTF-8 file (see ``iter_lines``)."""
+    return list(iter_lines(path))
 
 
 def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:

@@ -192,3 +192,13 @@ def test_report_bleu_is_sacrebleus_corpus_score(corpus, monkeypatch):
     expected = sacrebleu.BLEU(lowercase=True).corpus_score((corpus / "hyp.de").read_text().splitlines(), [DE])
     assert row["bleu"] == pytest.approx(expected.score, abs=1e-9)
     assert row["length_ratio"] == pytest.approx(expected.sys_len / expected.ref_len)
+
+
+def test_missing_file_and_bad_options_are_one_line_errors(corpus, capsys):
+    assert main(["complexity", "--src", str(corpus / "nope.en"), "--tgt", str(corpus / "train.de.gz")]) == 2
+    assert f"error: {corpus / 'nope.en'}: no such file" in capsys.readouterr().err
+    assert main(["align", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "train.de.gz"), "-I", "0"]) == 2
+    assert "error: -I (iterations) must be >= 1" in capsys.readouterr().err
+    assert main(["complexity", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "train.de.gz"),
+                 "--tok", "spm"]) == 2
+    assert "needs a sentencepiece model" in capsys.readouterr().err

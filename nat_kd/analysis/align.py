@@ -35,6 +35,7 @@ import numpy as np
 from nat_kd.analysis.formats import (NULL_WORD, Alignments, TranslationTable, format_parallel, iter_parallel_tokens,
                                  read_alignments, read_table)
 from nat_kd.corpus import CorpusError
+from nat_kd.errors import SettingsError
 
 UNINITIALISED_PROB = 1e-9  # fast_align's t(y|x) before the first normalisation
 CHUNK_LINKS = 1 << 20  # links per E-step piece: keeps temporaries to a few MB whatever the corpus size
@@ -58,11 +59,11 @@ class AlignerOptions:
 
     def __post_init__(self):
         if self.iterations < 1:
-            raise ValueError("iterations must be >= 1")
+            raise SettingsError("-I (iterations) must be >= 1")
         if self.variational_bayes and self.alpha <= 0:
-            raise ValueError("--alpha must be > 0 with variational Bayes")
+            raise SettingsError("-a (alpha) must be > 0 with variational Bayes (-v)")
         if not 0 <= self.p_null < 1:
-            raise ValueError("p_null must be in [0, 1)")
+            raise SettingsError("-q (p_null) must be in [0, 1)")
 
     def fast_align_args(self) -> list[str]:
         """The same settings as fast_align command-line flags."""

@@ -25,6 +25,7 @@ from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR, InterpolatedFait
 from nat_kd.analysis.metrics.surface import surface_stats
 from nat_kd.analysis.plotting import plot_complexity_faithfulness, plot_mode_mix
 from nat_kd.analysis.tokenizers import Tokenizer
+from nat_kd.artifacts import DistilledSet
 from nat_kd.atomic import write_text
 from nat_kd.corpus import CorpusError, iter_lines, read_lines, split_file
 
@@ -39,18 +40,13 @@ class DataSet:
 
 def set_from_dir(directory: str | Path, split: str, src_lang: str, tgt_lang: str) -> DataSet:
     """A distilled set directory (``<split>.<lang>`` files, optional ``meta.json``)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise CorpusError(f"{directory}: not a directory; pass a distilled set directory holding "
+    distilled = DistilledSet(directory)
+    if not distilled.root.is_dir():
+        raise CorpusError(f"{distilled.root}: not a directory; pass a distilled set directory holding "
                           f"{split}.{src_lang} and {split}.{tgt_lang}")
-    meta = {}
-    if (directory / "meta.json").is_file():
-        try:
-            meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise CorpusError(f"{directory / 'meta.json'}:{err.lineno}: invalid JSON ({err.msg})") from None
-    return DataSet(str(meta.get("name") or directory.name), split_file(directory, split, src_lang),
-                   split_file(directory, split, tgt_lang), str(meta.get("strategy", "")))
+    meta = distilled.meta() or {}
+    return DataSet(str(meta.get("name") or distilled.root.name), split_file(distilled.root, split, src_lang),
+                   split_file(distilled.root, split, tgt_lang), str(meta.get("strategy", "")))
 
 
 def set_from_arg(text: str) -> DataSet:
@@ -63,6 +59,10 @@ def set_from_arg(text: str) -> DataSet:
         if not Path(path).is_file():
             raise CorpusError(f"--set {name}: no such file {path}")
     return DataSet(name, Path(src), Path(tgt))
+
+
+def _is_nan(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Report:
         lines = ["| " + " | ".join(title for _, title, _ in columns) + " |",
                  "|" + "|".join("---" for _ in columns) + "|"]
         for row in self.rows:
-            cells = [fmt.format(row[key]) if row.get(key) is not None and row[key] == row[key] else "-"
+            cells = [fmt.format(row[key]) if row.get(key) is not None and not _is_nan(row[key]) else "-"
                      for key, _, fmt in columns]
             lines.append("| " + " | ".join(cells) + " |")
         if self.languages:

@@ -10,6 +10,7 @@ from nat_kd import __version__
 from nat_kd.analysis.align import RECOMMENDED, AlignerOptions, AlignmentResult, FastAlign, run_fast_align_binary
 from nat_kd.analysis.formats import check_pair
 from nat_kd.corpus import CorpusError
+from nat_kd.errors import SettingsError
 from nat_kd.analysis.tokenizers import Tokenizer
 
 ALIGNERS = ("builtin", "fast_align")
@@ -38,7 +39,7 @@ def log_base_divisor(log_base: str) -> float:
         return 1.0
     if log_base == "2":
         return math.log(2)
-    raise ValueError(f"log base must be 'e' (nats) or '2' (bits), not {log_base!r}")
+    raise SettingsError(f"log base must be 'e' (nats) or '2' (bits), not {log_base!r}")
 
 
 @dataclass
@@ -120,7 +121,7 @@ def align_line_pairs(lines: Iterable[tuple[str, str]], tokenizer: Tokenizer,
         checked = [(" ".join(s), " ".join(t)) for s, t in pairs]
         result = run_fast_align_binary([s for s, _ in checked], [t for _, t in checked], options)
     else:
-        raise ValueError(f"unknown aligner {aligner!r}; choose one of {', '.join(ALIGNERS)}")
+        raise SettingsError(f"unknown aligner {aligner!r}; choose one of {', '.join(ALIGNERS)}")
     settings = {**tokenizer.settings, "aligner": f"{aligner}({options.signature()})"}
     if drop_empty:
         settings["drop_empty"] = "yes"

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+
 from nat_kd.analysis.formats import TranslationTable
 from nat_kd.analysis.metrics.base import AlignedCorpus, Signature, log_base_divisor
+from nat_kd.errors import SettingsError
 
 DEFAULT_FLOOR = 1e-9
 
@@ -79,7 +81,7 @@ class Faithfulness:
 
     def __init__(self, log_base: str = "e", floor: float = DEFAULT_FLOOR):
         if not 0 < floor < 1:
-            raise ValueError("the smoothing floor must be in (0, 1)")
+            raise SettingsError("the smoothing floor must be in (0, 1)")
         self.log_base, self.floor = log_base, floor
         self.divisor = log_base_divisor(log_base)
 
@@ -96,7 +98,7 @@ class Faithfulness:
     def corpus_score(self, real: AlignedCorpus, distilled: AlignedCorpus) -> FaithfulnessScore:
         """F(d) of two aligned corpora, which must share tokeniser and aligner settings."""
         if real.settings != distilled.settings:
-            raise ValueError(f"not comparable: real data aligned with {real.settings} but distilled data with "
+            raise SettingsError(f"not comparable: real data aligned with {real.settings} but distilled data with "
                              f"{distilled.settings}; use the same tokeniser and aligner options for both")
         return self.table_score(real.result.exported_table(), distilled.result.exported_table(), real.settings)
 
@@ -119,7 +121,7 @@ class InterpolatedFaithfulness:
 
     def __init__(self, lam: float = 0.1, log_base: str = "e"):
         if not 0 < lam < 1:
-            raise ValueError("the interpolation weight must be in (0, 1)")
+            raise SettingsError("the interpolation weight must be in (0, 1)")
         self.lam, self.log_base = lam, log_base
         self.divisor = log_base_divisor(log_base)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from nat_kd.errors import SettingsError
+
 
 
 @dataclass
@@ -34,9 +36,9 @@ def surface_stats(lines: list[str], ns: list[int]) -> SurfaceStats:
 def _repeated_share(ids: np.ndarray, sentence: np.ndarray, vocab: int, n: int, sentences: int) -> float:
     """Share of sentences in which one n-gram starts at two positions."""
     if n < 1:
-        raise ValueError(f"n-gram order must be >= 1, not {n}")
+        raise SettingsError(f"n-gram order must be >= 1, not {n}")
     if vocab ** n >= 2 ** 63:
-        raise ValueError(f"{n}-grams over {vocab} types do not fit one 64-bit code")
+        raise SettingsError(f"{n}-grams over {vocab} types do not fit one 64-bit code")
     starts = np.arange(len(ids) - n + 1)
     if not sentences or not len(starts):
         return 0.0 if sentences else float("nan")

@@ -4,10 +4,12 @@ Each is a callable ``str -> str`` (tokens joined by single spaces) with a ``sign
 """
 from __future__ import annotations
 
+
 from nat_kd.analysis.tokenizers.base import Tokenizer
 from nat_kd.analysis.tokenizers.none import NoneTokenizer
 from nat_kd.analysis.tokenizers.sentencepiece import SentencePieceTokenizer
 from nat_kd.analysis.tokenizers.thirteen_a import Tokenizer13a
+from nat_kd.errors import SettingsError
 
 TOKENIZERS = ("13a", "none", "spm")
 
@@ -20,9 +22,9 @@ def get_tokenizer(name: str, lowercase: bool = False, spm_model: str | None = No
         return NoneTokenizer(lowercase)
     if name == "spm":
         if not spm_model:
-            raise ValueError("the 'spm' tokeniser needs a sentencepiece model: pass --spm-model FILE.model")
+            raise SettingsError("the 'spm' tokeniser needs a sentencepiece model: pass --spm-model FILE.model")
         return SentencePieceTokenizer(spm_model, lowercase)
-    raise ValueError(f"unknown tokeniser {name!r}; choose one of {', '.join(TOKENIZERS)}")
+    raise SettingsError(f"unknown tokeniser {name!r}; choose one of {', '.join(TOKENIZERS)}")
 
 
 __all__ = ["Tokenizer", "Tokenizer13a", "NoneTokenizer", "SentencePieceTokenizer", "get_tokenizer", "TOKENIZERS"]
