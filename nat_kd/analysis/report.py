@@ -17,10 +17,10 @@ from pathlib import Path
 import sacrebleu
 from sacrebleu.utils import sum_of_lists
 
-from nat_kd import __version__
+from nat_kd import __version__, markdown
 from nat_kd.analysis.align import RECOMMENDED, AlignerOptions
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.analysis.metrics.base import TOKENIZE_BLOCK, TokenizedPairs, parallel_lines
+from nat_kd.analysis.metrics.base import TOKENIZE_BLOCK, TokenizedPairs, parallel_lines, unit_name
 from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR, InterpolatedFaithfulness, missing_mass
 from nat_kd.analysis.metrics.surface import surface_stats
 from nat_kd.analysis.plotting import plot_complexity_faithfulness, plot_mode_mix
@@ -61,29 +61,21 @@ def set_from_arg(text: str) -> DataSet:
     return DataSet(name, Path(src), Path(tgt))
 
 
-def _is_nan(value) -> bool:
-    return isinstance(value, float) and math.isnan(value)
-
-
 @dataclass
 class Report:
     rows: list[dict]
     signature: dict
     languages: list[str] = field(default_factory=list)
 
-    COLUMNS = (("name", "set", "{}"), ("strategy", "strategy", "{}"), ("sentences", "pairs", "{}"),
-               ("complexity", "C(d)", "{:.4f}"), ("faithfulness", "F(d)", "{:.4f}"),
-               ("missing_words", "words lost", "{}"),
-               ("reordering", "FRS", "{:.4f}"), ("bleu", "BLEU", "{:.2f}"), ("length_ratio", "len ratio", "{:.3f}"))
+    COLUMNS = (("name", "set", ""), ("strategy", "strategy", ""), ("sentences", "pairs", ""),
+               ("complexity", "C(d)", ".4f"), ("faithfulness", "F(d)", ".4f"), ("missing_words", "words lost", ""),
+               ("reordering", "FRS", ".4f"), ("bleu", "BLEU", ".2f"), ("length_ratio", "len ratio", ".3f"))
 
     def to_markdown(self) -> str:
-        columns = list(self.COLUMNS) + ([("mode_purity", "purity", "{:.3f}")] if self.languages else [])
-        lines = ["| " + " | ".join(title for _, title, _ in columns) + " |",
-                 "|" + "|".join("---" for _ in columns) + "|"]
-        for row in self.rows:
-            cells = [fmt.format(row[key]) if row.get(key) is not None and not _is_nan(row[key]) else "-"
-                     for key, _, fmt in columns]
-            lines.append("| " + " | ".join(cells) + " |")
+        columns = list(self.COLUMNS) + ([("mode_purity", "purity", ".3f")] if self.languages else [])
+        lines = [markdown.table([title for _, title, _ in columns],
+                                [[markdown.cell(row.get(key), spec) for key, _, spec in columns]
+                                 for row in self.rows]).rstrip("\n")]
         if self.languages:
             lines += ["", "Mode mix (mean p(l|y)): " + "; ".join(
                 f"{row['name']}: " + ", ".join(f"{l}={row['mode_mix'][l]:.3f}" for l in self.languages)
@@ -104,7 +96,7 @@ class Report:
                  "figure": out_dir / "complexity_vs_faithfulness.png"}
         write_text(paths["markdown"], self.to_markdown())
         write_text(paths["json"], self.to_json())
-        unit = "bits" if self.signature.get("log") == "2" else "nats"
+        unit = unit_name(self.signature.get("log", "e"))
         plot_complexity_faithfulness(self.rows, paths["figure"], unit)
         if self.languages:
             paths["modes_figure"] = out_dir / "mode_mix.png"

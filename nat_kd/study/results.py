@@ -12,28 +12,19 @@ import shutil
 from pathlib import Path
 
 from nat_kd import __version__, atomic
+from nat_kd.markdown import cell, table
 from nat_kd.analysis.plotting import plot_mode_mix, plt, save_figure
 
 from .config import StudyConfig
-
-
-def _fmt(value, spec=".2f") -> str:
-    return "-" if value is None or value != value else format(value, spec)
-
-
-def _table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def teachers_table(cfg: StudyConfig, res: dict) -> str:
     rows = []
     for t in cfg.teachers:
         r = res.get(f"teacher.{t.name}", {})
-        rows.append([t.name, t.shape.label, f"{t.shape.ffn_dim}", _fmt(r.get("parameters"), ","),
-                     _fmt(r.get("valid_bleu")), _fmt(r.get("test_bleu"))])
-    return _table(["teacher", "layers x dim", "ffn", "parameters", "valid BLEU", "test BLEU"], rows)
+        rows.append([t.name, t.shape.label, f"{t.shape.ffn_dim}", cell(r.get("parameters"), ","),
+                     cell(r.get("valid_bleu"), ".2f"), cell(r.get("test_bleu"), ".2f")])
+    return table(["teacher", "layers x dim", "ffn", "parameters", "valid BLEU", "test BLEU"], rows)
 
 
 def decoding_table(cfg: StudyConfig, res: dict) -> str:
@@ -42,10 +33,10 @@ def decoding_table(cfg: StudyConfig, res: dict) -> str:
     for name, teacher, strategy in [("real", "-", "reference")] + [(d.name, d.teacher, d.strategy)
                                                                    for d in cfg.distilled]:
         a, d = analysis.get(name, {}), res.get(f"distil.{name}", {})
-        rows.append([name, teacher, strategy, _fmt(a.get("complexity"), ".4f"), _fmt(a.get("faithfulness"), ".4f"),
-                     _fmt(a.get("reordering"), ".4f"), _fmt(a.get("bleu")), _fmt(a.get("length_ratio"), ".3f"),
-                     _fmt(d.get("sentences_per_second"), ".1f")])
-    return _table(["training set", "teacher", "decoding", "complexity C(d)", "faithfulness F(d)", "FRS",
+        rows.append([name, teacher, strategy, cell(a.get("complexity"), ".4f"), cell(a.get("faithfulness"), ".4f"),
+                     cell(a.get("reordering"), ".4f"), cell(a.get("bleu"), ".2f"), cell(a.get("length_ratio"), ".3f"),
+                     cell(d.get("sentences_per_second"), ".1f")])
+    return table(["training set", "teacher", "decoding", "complexity C(d)", "faithfulness F(d)", "FRS",
                    "BLEU vs real", "length ratio", "distil sent/s"], rows)
 
 
@@ -56,20 +47,20 @@ def data_labels(cfg: StudyConfig) -> list[str]:
 def students_table(cfg: StudyConfig, res: dict) -> str:
     rows = []
     for data in data_labels(cfg):
-        rows.append([data] + [_fmt(res.get(f"student.{f}.{data}", {}).get("test_bleu"))
+        rows.append([data] + [cell(res.get(f"student.{f}.{data}", {}).get("test_bleu"), ".2f")
                               for f in cfg.student_families])
-    return _table(["training data"] + [f"{f} test BLEU" for f in cfg.student_families], rows)
+    return table(["training data"] + [f"{f} test BLEU" for f in cfg.student_families], rows)
 
 
 def born_again_table(cfg: StudyConfig, res: dict) -> str:
     family = cfg.born_again_student
-    rows = [[0, "real data", "-", "-", _fmt(res.get(f"student.{family}.real", {}).get("test_bleu"))]]
+    rows = [[0, "real data", "-", "-", cell(res.get(f"student.{family}.real", {}).get("test_bleu"), ".2f")]]
     for r in range(1, cfg.born_again_rounds + 1):
         at, data = res.get(f"born_again.{r}.at", {}), res.get(f"born_again.{r}.distil", {})
-        rows.append([r, "real data" if r == 1 else f"round {r - 1}'s distilled data", _fmt(at.get("test_bleu")),
-                     _fmt(data.get("bleu_vs_reference")),
-                     _fmt(res.get(f"born_again.{r}.student", {}).get("test_bleu"))])
-    return _table(["round", "AT trained on", "AT test BLEU", f"round's data BLEU vs real",
+        rows.append([r, "real data" if r == 1 else f"round {r - 1}'s distilled data", cell(at.get("test_bleu"), ".2f"),
+                     cell(data.get("bleu_vs_reference"), ".2f"),
+                     cell(res.get(f"born_again.{r}.student", {}).get("test_bleu"), ".2f")])
+    return table(["round", "AT trained on", "AT test BLEU", f"round's data BLEU vs real",
                    f"{family} test BLEU on it"], rows)
 
 
@@ -78,10 +69,10 @@ def modes_table(res: dict) -> str:
     if not m:
         return "(not run)\n"
     langs = m["languages"]
-    rows = [[r["name"], _fmt(r.get("test_bleu")), _fmt(r["mode_purity"], ".3f")]
-            + [_fmt(r["mode_mix"][l], ".3f") for l in langs] + [_fmt(r["argmax_share"][l], ".3f") for l in langs]
+    rows = [[r["name"], cell(r.get("test_bleu"), ".2f"), cell(r["mode_purity"], ".3f")]
+            + [cell(r["mode_mix"][l], ".3f") for l in langs] + [cell(r["argmax_share"][l], ".3f") for l in langs]
             for r in m["rows"]]
-    return _table(["outputs", "test BLEU (mixed refs)", "purity"] + [f"p({l} \\| y)" for l in langs]
+    return table(["outputs", "test BLEU (mixed refs)", "purity"] + [f"p({l} \\| y)" for l in langs]
                   + [f"argmax {l}" for l in langs], rows)
 
 
@@ -147,10 +138,10 @@ def curves_table(cfg: StudyConfig, res: dict) -> str:
         r = res.get(step, {})
         if "curve" not in r:
             continue
-        rows.append([label, _fmt(r["valid_bleu"]), r["best_updates"], r["updates_trained"],
-                     "yes" if r["stopped_early"] else "no", _fmt(r.get("test_bleu")),
-                     _fmt(sum(p["train_seconds"] for p in r["curve"]) / 60, ".1f")])
-    return _table(["model", "best valid BLEU", "at update", "updates trained", "stopped early", "test BLEU there",
+        rows.append([label, cell(r["valid_bleu"], ".2f"), r["best_updates"], r["updates_trained"],
+                     "yes" if r["stopped_early"] else "no", cell(r.get("test_bleu"), ".2f"),
+                     cell(sum(p["train_seconds"] for p in r["curve"]) / 60, ".1f")])
+    return table(["model", "best valid BLEU", "at update", "updates trained", "stopped early", "test BLEU there",
                    "training min"], rows) if rows else "(no model trained with a validation-BLEU curve yet)\n"
 
 
@@ -194,20 +185,20 @@ def detailed_tables(cfg: StudyConfig, res: dict) -> str:
     if not rows:
         return ""
     buckets = [f"C(d) {b['bucket']} ({b['words']} words)" for b in rows[0]["complexity_buckets"]]
-    complexity = _table(["training set", "C(d) paper (mean over types)", "C(d) token-weighted"] + buckets,
-                        [[r["name"], _fmt(r["complexity"], ".3f"), _fmt(r["complexity_token_weighted"], ".3f")]
-                         + [_fmt(b["complexity"], ".3f") for b in r["complexity_buckets"]] for r in rows])
+    complexity = table(["training set", "C(d) paper (mean over types)", "C(d) token-weighted"] + buckets,
+                        [[r["name"], cell(r["complexity"], ".3f"), cell(r["complexity_token_weighted"], ".3f")]
+                         + [cell(b["complexity"], ".3f") for b in r["complexity_buckets"]] for r in rows])
     floors = list(rows[0]["faithfulness_floors"])
-    faithfulness = _table(["training set"] + [f"F(d) floor {f}" for f in floors]
+    faithfulness = table(["training set"] + [f"F(d) floor {f}" for f in floors]
                           + ["real mass missing", f"F(d) interpolated ({cfg.analysis['interpolation']})"],
-                          [[r["name"]] + [_fmt(r["faithfulness_floors"][f], ".3f") for f in floors]
-                           + [_fmt(r["missing_mass"], ".3f"), _fmt(r["faithfulness_interpolated"], ".3f")]
+                          [[r["name"]] + [cell(r["faithfulness_floors"][f], ".3f") for f in floors]
+                           + [cell(r["missing_mass"], ".3f"), cell(r["faithfulness_interpolated"], ".3f")]
                            for r in rows])
     ns = list(rows[0]["repeated_ngram_share"])
-    surface = _table(["training set", "BLEU vs real", "target types", "target tokens"]
+    surface = table(["training set", "BLEU vs real", "target types", "target tokens"]
                      + [f"share with a repeated {n}-gram" for n in ns] + ["FRS"],
-                     [[r["name"], _fmt(r["bleu"]), r["types"], r["tokens"]]
-                      + [_fmt(r["repeated_ngram_share"][n], ".3f") for n in ns] + [_fmt(r["reordering"], ".4f")]
+                     [[r["name"], cell(r["bleu"], ".2f"), r["types"], r["tokens"]]
+                      + [cell(r["repeated_ngram_share"][n], ".3f") for n in ns] + [cell(r["reordering"], ".4f")]
                       for r in rows])
     signature = res["analysis"]["signature"]
     return "\n".join([
@@ -295,7 +286,7 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
         *(["## 5. Multi-modality (untagged en -> de/fr/cs)\n", modes_table(res), "![mode mix](modes/mode_mix.png)\n"]
           if cfg.modes else []),
         "## Step wall times\n",
-        _table(["step", "wall (s)"], [[n, f"{w:.0f}"] for w, n in walls]),
+        table(["step", "wall (s)"], [[n, f"{w:.0f}"] for w, n in walls]),
     ]
     paths["markdown"] = out / "results.md"
     atomic.write_text(paths["markdown"], "\n".join(sections))

@@ -33,6 +33,12 @@ class Signature:
         return self.settings == other.settings
 
 
+def unit_name(log_base: str) -> str:
+    """What a score computed with ``log_base`` is counted in."""
+    log_base_divisor(log_base)  # refuses an unknown base
+    return "bits" if log_base == "2" else "nats"
+
+
 def log_base_divisor(log_base: str) -> float:
     """Nats are natural; bits divide by ln 2."""
     if log_base == "e":

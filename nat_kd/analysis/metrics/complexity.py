@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nat_kd.analysis.formats import TranslationTable
-from nat_kd.analysis.metrics.base import AlignedCorpus, Signature, log_base_divisor
+from nat_kd.analysis.metrics.base import AlignedCorpus, Signature, log_base_divisor, unit_name
 
 
 def row_entropies(table: TranslationTable) -> tuple[np.ndarray, np.ndarray]:
@@ -32,7 +32,7 @@ class ComplexityScore:
 
     @property
     def unit(self) -> str:
-        return "bits" if self.signature.settings.get("log") == "2" else "nats"
+        return unit_name(self.signature.settings.get("log", "e"))
 
     def most_uncertain(self, k: int = 10) -> list[tuple[str, float]]:
         return list(zip(self.words[:k], self.entropies[:k].tolist()))

@@ -17,7 +17,7 @@ import numpy as np
 
 
 from nat_kd.analysis.formats import TranslationTable
-from nat_kd.analysis.metrics.base import AlignedCorpus, Signature, log_base_divisor
+from nat_kd.analysis.metrics.base import AlignedCorpus, Signature, log_base_divisor, unit_name
 from nat_kd.errors import SettingsError
 
 DEFAULT_FLOOR = 1e-9
@@ -71,7 +71,7 @@ class FaithfulnessScore:
     signature: Signature
 
     def format(self) -> str:
-        unit = "bits" if self.signature.settings.get("log") == "2" else "nats"
+        unit = unit_name(self.signature.settings.get("log", "e"))
         return (f"F(d) = {self.score:.4f} {unit} over |Vx| = {self.vocab_size} "
                 f"({self.missing_words} words missing from the distilled table) | {self.signature}")
 
