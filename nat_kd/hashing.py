@@ -16,6 +16,17 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def sha256_files(paths) -> str:
+    """Files' paths and bytes, in sorted path order: what a step's dependants see of its outputs."""
+    digest = hashlib.sha256()
+    for path in sorted(str(p) for p in paths):
+        digest.update(path.encode())
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
 def sha256_json(data) -> str:
     """A JSON-serialisable value, key order ignored (values json cannot hold are hashed as their str)."""
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()

@@ -12,10 +12,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from nat_kd.corpus import CorpusError
+from nat_kd.cli import run
 
-from .config import ConfigError, load
-from .steps import Runner, StepError
+from .config import load
+from .steps import Runner
 
 
 def _configure_logging() -> None:
@@ -35,23 +35,24 @@ def main(argv=None) -> int:
     p.add_argument("--results-only", action="store_true",
                    help="rewrite the results folder from the step records there are; run nothing")
     args = p.parse_args(argv)
+    return run(lambda: _study(args, argv))
+
+
+def _study(args, argv) -> int:
     from .plan import build_plan  # imports fairseq
 
     _configure_logging()
     from .results import write_results  # imports matplotlib
-    try:
-        cfg = load(args.config)
-        out = Path(args.out or f"runs/study/{cfg.name}")
-        steps = build_plan(cfg, out / "results", args.data_dir)
-        runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads)
-        if args.list:
-            for line in runner.status(steps):
-                print(line)
-            return 0
-        records = runner.records(steps) if args.results_only else runner.run(steps)
-    except (ConfigError, CorpusError, StepError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+
+    cfg = load(args.config)
+    out = Path(args.out or f"runs/study/{cfg.name}")
+    steps = build_plan(cfg, out / "results", args.data_dir)
+    runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads)
+    if args.list:
+        for line in runner.status(steps):
+            print(line)
+        return 0
+    records = runner.records(steps) if args.results_only else runner.run(steps)
     command = "python -m nat_kd.study " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     paths = write_results(cfg, records, out / "results", command)
     print(f"ran {len(runner.ran)} step(s), {len(runner.skipped)} already done; results: {paths['markdown']}")

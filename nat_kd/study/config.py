@@ -9,8 +9,9 @@ import tomllib
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
+from nat_kd.errors import NatKdError
+
 PROFILES = Path(__file__).parent / "profiles"
-STRATEGIES = ("beam", "greedy", "sampling", "topk", "topp", "seq-inter")
 # [analysis]: the detailed measures of nat_kd.analysis.report.DetailedAnalysisReport (off unless detailed = true)
 ANALYSIS_DEFAULTS = {"detailed": False,
                      "buckets": [1, 2, 5, 20, 100],  # lower edges of the source-frequency buckets of C(d)
@@ -19,7 +20,7 @@ ANALYSIS_DEFAULTS = {"detailed": False,
                      "repeat_n": [2, 3]}  # share of outputs in which some n-gram occurs twice, for each n
 
 
-class ConfigError(ValueError):
+class ConfigError(NatKdError):
     """A problem in the config file; the message names the file, the key and the fix."""
 
 
@@ -93,7 +94,7 @@ class StudyConfig:
     teachers: tuple[Teacher, ...]  # in increasing capacity
     teacher_training: Training
     distilled: tuple[DistilledSet, ...]
-    decoding: dict  # beam, top_k, temperature, ... (nat_kd.decoding.DecodingSettings fields)
+    decoding: dict  # beam, top_k, temperature, ... (nat_kd.distill.decoding.DecodingSettings fields)
     distill_max_tokens: int
     student_families: tuple[str, ...]
     student_shape: ModelShape
@@ -105,10 +106,6 @@ class StudyConfig:
     born_again_shape: ModelShape
     modes: dict | None  # the multi-modality experiment (None: skipped)
     source: Path | None = None
-
-    @property
-    def teacher_names(self) -> list[str]:
-        return [t.name for t in self.teachers]
 
 
 def profile_path(name_or_path: str) -> Path:
@@ -199,7 +196,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     methods = _take(distill, "methods", ["greedy", "topk", "sampling", "seq-inter"], where, list)
     max_tokens = _take(distill, "max_tokens", 3000, where, int)
     decoding = distill  # what is left: DecodingSettings fields (beam, top_k, temperature, seed, ...)
-    from nat_kd.decoding import DecodingSettings
+    from nat_kd.distill.decoding import STRATEGIES, DecodingSettings
     known = {f.name for f in fields(DecodingSettings)} - {"strategy"}  # the strategy is the set's own
     if set(decoding) - known:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(set(decoding) - known))}; decoding keys are "
@@ -217,7 +214,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     students = dict(raw.pop("students", {}))
     where = "[students]"
     families = tuple(_take(students, "families", ["nat", "cmlm"], where, list))
-    from fairseq_plugins.models.students import STUDENT_FAMILIES
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
     for family in families:
         if family not in STUDENT_FAMILIES:
             raise ConfigError(f"{where}.families: unknown '{family}'; choose from {', '.join(STUDENT_FAMILIES)}")

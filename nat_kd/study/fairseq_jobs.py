@@ -13,7 +13,8 @@ from pathlib import Path
 
 import sacrebleu
 
-from fairseq_plugins.models.students import STUDENT_FAMILIES
+from fairseq_plugins.models.nat import STUDENT_FAMILIES
+from nat_kd.artifacts import DistilledSet
 
 from .config import ModelShape, Training
 
@@ -103,12 +104,10 @@ def bleu(hypotheses: list[str], references: list[str]) -> dict:
 def distil(prepared: Path, teacher: Path, out: Path, *, strategy: str, decoding: dict, max_tokens: int,
            log: Path, threads: int) -> dict:
     """nat_kd.generate_distilled over the training split; returns its meta.json."""
-    import json
-
     flags = []
     for key, value in decoding.items():
         flags += [f"--{key.replace('_', '-')}", value]
-    run_logged([sys.executable, "-m", "nat_kd.generate_distilled", "--teacher", teacher, "--prepared", prepared,
+    run_logged([sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", teacher, "--prepared", prepared,
                 "--split", "train", "--strategy", strategy, *flags, "--max-tokens", max_tokens,
                 "--workers", 1, "--threads", threads, "--out", out, "--no-progress-bar"], log, threads)
-    return json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    return DistilledSet(out).meta()

@@ -9,7 +9,6 @@ two single-threaded jobs get more done than one job with two threads.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -20,13 +19,15 @@ from pathlib import Path
 from typing import Callable
 
 from nat_kd import atomic
+from nat_kd.errors import NatKdError
+from nat_kd.hashing import sha256_files, sha256_json
 
 logger = logging.getLogger("nat_kd.study")
 # Bump when a change to the steps' code makes old results invalid.
 STEP_VERSION = 1
 
 
-class StepError(RuntimeError):
+class StepError(NatKdError):
     """A step failed; the message names the step and its log."""
 
 
@@ -48,17 +49,6 @@ class StepContext:
     threads: int
 
 
-def digest_files(paths) -> str:
-    """sha256 over the content of the given files (a step's outputs, as its dependants see them)."""
-    digest = hashlib.sha256()
-    for path in sorted(str(p) for p in paths):
-        digest.update(path.encode())
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
 class Runner:
     def __init__(self, root: Path, jobs: int = 1, threads: int = 1):
         self.root, self.jobs, self.threads = Path(root), max(1, jobs), threads
@@ -74,14 +64,13 @@ class Runner:
 
     def fingerprint(self, step: Step, records: dict) -> str:
         upstream = [(d, records[d]["fingerprint"], records[d]["digest"]) for d in sorted(step.deps)]
-        key = json.dumps({"version": STEP_VERSION, "kind": step.kind, "settings": step.settings,
-                          "upstream": upstream}, sort_keys=True, default=str)
-        return hashlib.sha256(key.encode()).hexdigest()
+        return sha256_json({"version": STEP_VERSION, "kind": step.kind, "settings": step.settings,
+                            "upstream": upstream})
 
     def _up_to_date(self, record: dict | None, fingerprint: str) -> bool:
         return (record is not None and record.get("fingerprint") == fingerprint
                 and all(Path(p).exists() for p in record["result"].get("outputs", []))
-                and digest_files(record["result"].get("outputs", [])) == record["digest"])
+                and sha256_files(record["result"].get("outputs", [])) == record["digest"])
 
     def _execute(self, step: Step, fingerprint: str, records: dict) -> dict:
         work = self.work_dir / step.name
@@ -99,7 +88,7 @@ class Runner:
             raise StepError(f"step {step.name} failed: {type(err).__name__}: {err}\n  log: {log}") from err
         wall = time.perf_counter() - started
         record = {"name": step.name, "kind": step.kind, "settings": step.settings, "deps": step.deps,
-                  "fingerprint": fingerprint, "digest": digest_files(result.get("outputs", [])),
+                  "fingerprint": fingerprint, "digest": sha256_files(result.get("outputs", [])),
                   "wall_seconds": round(wall, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "result": result}
         atomic.write_json(self.records_dir / f"{step.name}.json", record)
         return record
