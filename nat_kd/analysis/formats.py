@@ -10,6 +10,7 @@ Writers return text; callers write it with ``nat_kd.atomic`` so a crash never le
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -186,7 +187,7 @@ def read_table(path: str | os.PathLike) -> TranslationTable:
         except ValueError:
             raise CorpusError(f"{path}:{number}: {fields[2]!r} is not a number; the third column must be "
                               "ln p(target|source)") from None
-        if value > 1e-6 or value != value:
+        if value > 1e-6 or math.isnan(value):
             raise CorpusError(f"{path}:{number}: log-probability {fields[2]} > 0; the third column must be "
                               "a natural-log probability (<= 0)")
         row.append(row_ids.setdefault(fields[0], len(row_ids)))

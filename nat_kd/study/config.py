@@ -67,14 +67,14 @@ class Training:
 
 
 @dataclass(frozen=True)
-class Teacher:
+class TeacherSpec:
     name: str
     shape: ModelShape
     training: Training  # [teachers.training], with the keys of its own [teachers.models.training] over it
 
 
 @dataclass(frozen=True)
-class DistilledSet:
+class DistillSpec:
     teacher: str
     strategy: str
 
@@ -91,9 +91,9 @@ class StudyConfig:
     vocab_size: int
     train_limit: int | None  # first N training pairs (None: all)
     jobs: int  # steps run at once, one torch thread each
-    teachers: tuple[Teacher, ...]  # in increasing capacity
+    teachers: tuple[TeacherSpec, ...]  # in increasing capacity
     teacher_training: Training
-    distilled: tuple[DistilledSet, ...]
+    distilled: tuple[DistillSpec, ...]
     decoding: dict  # beam, top_k, temperature, ... (nat_kd.distill.decoding.DecodingSettings fields)
     distill_max_tokens: int
     student_families: tuple[str, ...]
@@ -183,7 +183,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
         teacher = str(_take(entry, "name", MISSING, "[[teachers.models]]"))
         own = entry.pop("training", {})
         training = _dataclass(Training, teacher_defaults | own, f"[[teachers.models]] {teacher}: training")
-        teachers.append(Teacher(teacher, _dataclass(ModelShape, entry, f"[[teachers.models]] {teacher}"), training))
+        teachers.append(TeacherSpec(teacher, _dataclass(ModelShape, entry, f"[[teachers.models]] {teacher}"), training))
     teachers = tuple(teachers)
     if len({t.name for t in teachers}) != len(teachers):
         raise ConfigError("[[teachers.models]]: teacher names must differ")
@@ -208,8 +208,8 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     for method in methods:
         if method not in STRATEGIES:
             raise ConfigError(f"{where}.methods: unknown strategy '{method}'; choose from {', '.join(STRATEGIES)}")
-    distilled = tuple([DistilledSet(t, "beam") for t in beam_teachers]
-                      + [DistilledSet(methods_teacher, m) for m in methods if m != "beam"])
+    distilled = tuple([DistillSpec(t, "beam") for t in beam_teachers]
+                      + [DistillSpec(methods_teacher, m) for m in methods if m != "beam"])
 
     students = dict(raw.pop("students", {}))
     where = "[students]"

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
+from nat_kd.artifacts import DistilledSet, PreparedCorpus
 from nat_kd.corpus import read_lines
 
 from . import fairseq_jobs as jobs
@@ -35,11 +36,12 @@ def prepare_step(ctx: StepContext, *, src: str, tgt: str, vocab_size: int, train
 
     out = prepare(PrepareConfig(src, tgt, vocab_size=vocab_size, train_limit=train_limit), raw_dir=data_dir,
                   out_dir=ctx.work / "data")
-    return {"dir": str(out), "outputs": [str(out / "manifest.json")],
-            "train_pairs": len(read_lines(out / "raw" / f"train.{src}"))}
+    prepared = PreparedCorpus(out)
+    return {"dir": str(out), "outputs": [str(prepared.manifest_file)],
+            "train_pairs": len(read_lines(prepared.raw("train", src)))}
 
 
-def _evaluate(ctx: StepContext, prepared: Path, bin_dir: Path, checkpoint: Path, evaluation: dict,
+def _evaluate(ctx: StepContext, prepared: PreparedCorpus, bin_dir: Path, checkpoint: Path, evaluation: dict,
               nat_family: str | None, tgt: str) -> dict:
     """BLEU on valid (selection) and test (the figure we report), detokenized, against the raw references."""
     out = {}
@@ -47,7 +49,7 @@ def _evaluate(ctx: StepContext, prepared: Path, bin_dir: Path, checkpoint: Path,
     for split in evaluation["splits"]:
         hyps = jobs.translate(bin_dir, checkpoint, split, ctx.work / f"{split}.hyp", log=ctx.log,
                               threads=ctx.threads, nat_family=nat_family, **settings)
-        score = jobs.bleu(hyps, read_lines(prepared / "raw" / f"{split}.{tgt}"))
+        score = jobs.bleu(hyps, read_lines(prepared.raw(split, tgt)))
         out[f"{split}_bleu"], out["bleu_signature"] = score["bleu"], score["signature"]
         out[f"{split}_hypotheses"] = str(ctx.work / f"{split}.hyp")
     return out
@@ -58,8 +60,8 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
     """Train one model (AT or NAT) on the prepared data or on a distilled set, then evaluate it. With
     ``bleu_every`` the checkpoint is the one with the best validation BLEU and the result holds the curve;
     otherwise it is fairseq's best on validation loss."""
-    prepared = Path(ctx.results[prepare]["dir"])
-    bin_dir = Path(ctx.results[data]["dir"]) / "bin" if data else prepared / "bin"
+    prepared = PreparedCorpus(ctx.results[prepare]["dir"])
+    bin_dir = (DistilledSet(ctx.results[data]["dir"]).bin if data else prepared.bin).root
     shape_, training_ = ModelShape(**shape), Training(**training)
     save_dir = ctx.work / "checkpoints"
 
@@ -73,7 +75,7 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
         from .curve import train_with_curve
 
         settings = {k: v for k, v in evaluation.items() if k != "splits"}
-        references = read_lines(prepared / "raw" / f"valid.{tgt}")
+        references = read_lines(prepared.raw("valid", tgt))
 
         def valid_bleu(checkpoint: Path, hypotheses: Path) -> dict:
             return jobs.bleu(jobs.translate(bin_dir, checkpoint, "valid", hypotheses, log=ctx.log,
@@ -89,20 +91,20 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
     return result | _evaluate(ctx, prepared, bin_dir, checkpoint, evaluation | {"splits": splits}, nat_family, tgt)
 
 
-def _vocab_size(prepared: Path) -> int:
+def _vocab_size(prepared: PreparedCorpus) -> int:
     from fairseq.data import Dictionary
 
-    return len(Dictionary.load(str(next((prepared / "bin").glob("dict.*.txt")))))
+    return len(Dictionary.load(str(prepared.bin.dictionary(prepared.language_pair()[0]))))
 
 
 def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, decoding: dict, max_tokens: int,
                 name: str, tgt: str) -> dict:
     prepared = Path(ctx.results[prepare]["dir"])
-    out = ctx.work / "data"
-    meta = jobs.distil(prepared, Path(ctx.results[teacher]["checkpoint"]), out, strategy=strategy,
+    out = DistilledSet(ctx.work / "data")
+    meta = jobs.distil(prepared, Path(ctx.results[teacher]["checkpoint"]), out.root, strategy=strategy,
                        decoding=decoding, max_tokens=max_tokens, log=ctx.log, threads=ctx.threads)
-    return {"dir": str(out), "name": name, "strategy": strategy, "teacher": teacher,
-            "outputs": [str(out / f"train.{tgt}")], "sentences": meta["sentences"],
+    return {"dir": str(out.root), "name": name, "strategy": strategy, "teacher": teacher,
+            "outputs": [str(out.text("train", tgt))], "sentences": meta["sentences"],
             "bleu_vs_reference": meta["scores"].get("bleu"),
             "sentences_per_second": meta["timing"]["sentences_per_second"]}
 
@@ -112,10 +114,11 @@ def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, 
     from nat_kd.analysis.report import AnalysisReport, DataSet, DetailedAnalysisReport
     from nat_kd.analysis.tokenizers import get_tokenizer
 
-    prepared = Path(ctx.results[prepare]["dir"])
-    real = DataSet("real", prepared / "raw" / f"train.{src}", prepared / "raw" / f"train.{tgt}", "reference")
-    distilled = [DataSet(ctx.results[s]["name"], Path(ctx.results[s]["dir"]) / f"train.{src}",
-                         Path(ctx.results[s]["dir"]) / f"train.{tgt}", ctx.results[s]["strategy"]) for s in sets]
+    prepared = PreparedCorpus(ctx.results[prepare]["dir"])
+    real = DataSet("real", prepared.raw("train", src), prepared.raw("train", tgt), "reference")
+    distilled = [DataSet(ctx.results[s]["name"], DistilledSet(ctx.results[s]["dir"]).text("train", src),
+                         DistilledSet(ctx.results[s]["dir"]).text("train", tgt), ctx.results[s]["strategy"])
+                 for s in sets]
     tokenizer = get_tokenizer("13a", lowercase=True)
     if details:
         analyser = DetailedAnalysisReport(tokenizer, drop_empty=True, buckets=details["buckets"],
@@ -134,16 +137,16 @@ def modes_step(ctx: StepContext, *, prepare: str, systems: dict, distilled: str,
     from nat_kd.analysis.metrics import Modes, UnigramModels
     from nat_kd.analysis.tokenizers import get_tokenizer
 
-    prepared = Path(ctx.results[prepare]["dir"])
+    prepared = PreparedCorpus(ctx.results[prepare]["dir"])
     tokenizer = get_tokenizer("13a", lowercase=True)
-    targets = read_lines(prepared / "raw" / "train.mix")
-    langs = read_lines(prepared / "train.lang")
+    targets = read_lines(prepared.raw("train", "mix"))
+    langs = read_lines(prepared.languages_file("train"))
     texts = {}
     for line, lang in zip(targets, langs):
         texts.setdefault(lang, []).append(line)
     modes = Modes(UnigramModels.from_texts({lang: tokenizer.corpus(lines) for lang, lines in texts.items()}))
-    outputs = {"real training targets": targets,
-               "distilled training targets": read_lines(Path(ctx.results[distilled]["dir"]) / "train.mix")}
+    distilled_targets = DistilledSet(ctx.results[distilled]["dir"]).text("train", "mix")
+    outputs = {"real training targets": targets, "distilled training targets": read_lines(distilled_targets)}
     outputs |= {label: read_lines(ctx.results[step]["test_hypotheses"]) for label, step in systems.items()}
     rows = []
     for label, lines in outputs.items():
