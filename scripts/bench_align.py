@@ -117,14 +117,14 @@ def scale_mode(args) -> None:
     fractions = [int(f) for f in args.fractions.split(",")]
     files = {f: work / f"scale.1of{f}.en-de" for f in fractions}
     handles = {f: open(path, "w", encoding="utf-8") for f, path in files.items()}
+    lengths = [(left.count(" ") + 1, right.count(" ") + 1) for left, right in (j.split(" ||| ") for j in joined)]
     src_tokens = tgt_tokens = links = 0
     for number in range(args.lines):
         line = joined[number % len(joined)]
         for f, handle in handles.items():
             if number < args.lines // f:
                 handle.write(line)
-        left, right = line.split(" ||| ")
-        n, m = left.count(" ") + 1, right.count(" ") + 1
+        n, m = lengths[number % len(joined)]
         src_tokens, tgt_tokens, links = src_tokens + n, tgt_tokens + m, links + n * m
     for handle in handles.values():
         handle.close()

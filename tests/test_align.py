@@ -386,8 +386,8 @@ def test_align_file_reads_fast_align_input(tmp_path):
     ("|||x ||| y", ["|||x"], ["y"]),
 ])
 def test_fast_align_input_splits_at_the_first_separator_token(tmp_path, line, src, tgt):
-    from nat_kd.analysis.formats import read_parallel_tokens
+    from nat_kd.analysis.formats import iter_parallel_tokens
 
     (tmp_path / "c.txt").write_text(line + "\n")
-    assert read_parallel_tokens(tmp_path / "c.txt") == ([src], [tgt])
+    assert list(iter_parallel_tokens(tmp_path / "c.txt")) == [(src, tgt)]
 

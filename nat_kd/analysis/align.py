@@ -479,6 +479,12 @@ class _DiagonalPrior:
         self.block_n = block_n.astype(np.float64)
         self.block_j1 = (local // block_n + 1).astype(np.float64)
         self.block_i1 = (local % block_n + 1).astype(np.float64)
+        # one entry per (shape, 1-based target position), weighted by the shape's count: the model feature's terms
+        rows = np.arange(int(shape_m.sum())) - np.repeat(np.concatenate(([0], np.cumsum(shape_m)[:-1])), shape_m)
+        self.row_j1 = (rows + 1).astype(np.float64)
+        self.row_m = np.repeat(shape_m, shape_m).astype(np.float64)
+        self.row_n = np.repeat(shape_n, shape_m).astype(np.float64)
+        self.row_weight = np.repeat(shape_count, shape_m)
 
     def cells(self, tension: float, p_not_null: float) -> np.ndarray:
         az = _compute_z(self.block_j1, self.block_m, self.block_n, tension) / p_not_null
@@ -490,14 +496,10 @@ class _DiagonalPrior:
 
     def optimise_tension(self, tension: float, emp_feat: float, num_tokens: int) -> tuple[float, list]:
         """fast_align's 8 gradient steps on the tension; returns it with the (model feature, tension) steps."""
-        sizes = self.shape_m
-        j1 = (np.arange(int(sizes.sum())) - np.repeat(np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes) + 1)
-        m = np.repeat(self.shape_m, sizes).astype(np.float64)
-        n = np.repeat(self.shape_n, sizes).astype(np.float64)
-        weight = np.repeat(self.shape_count, sizes)
         steps = []
         for _ in range(8):
-            mod_feat = float(np.dot(weight, _compute_dlogz(j1.astype(np.float64), m, n, tension))) / num_tokens
+            model = _compute_dlogz(self.row_j1, self.row_m, self.row_n, tension)
+            mod_feat = float(np.dot(self.row_weight, model)) / num_tokens
             steps.append((mod_feat, tension))
             tension += (emp_feat - mod_feat) * 20.0
             tension = 0.1 if tension <= 0.1 else min(tension, 14.0)

@@ -62,15 +62,6 @@ def iter_parallel_tokens(path: str | os.PathLike) -> Iterator[tuple[list[str], l
         yield tokens[:cut], tokens[cut + 1:]
 
 
-def read_parallel_tokens(path: str | os.PathLike) -> tuple[list[list[str]], list[list[str]]]:
-    """Source and target tokens of a whole ``src ||| tgt`` file (see ``iter_parallel_tokens``)."""
-    src, tgt = [], []
-    for s, t in iter_parallel_tokens(path):
-        src.append(s)
-        tgt.append(t)
-    return src, tgt
-
-
 # ---------------------------------------------------------------- Pharaoh alignments
 
 @dataclass
