@@ -357,6 +357,22 @@ def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
     assert train_with_curve(tmp_path, budget, train, valid)["curve"] == result["curve"] and calls == []
 
 
+def test_a_failing_job_raises_with_its_log_and_a_finished_one_writes_its_streams(tmp_path):
+    """Jobs run in children of the preloaded job server: a module that fails is reported with its log's
+    tail, and one that succeeds leaves its stdout in the named file and its stderr in the log."""
+    from nat_kd.study.fairseq_jobs import run_logged
+
+    log = tmp_path / "job.log"
+    with pytest.raises(RuntimeError, match="(?s)exit status 1: python -m fairseq_cli.generate .*--path required for generation"):
+        run_logged("fairseq_cli.generate", [tmp_path / "missing-bin", "--task", "translation"], log, threads=1)
+    assert log.read_text().startswith(f"$ python -m fairseq_cli.generate {tmp_path / 'missing-bin'} --task")
+    out = tmp_path / "help.txt"
+    run_logged("nat_kd.generate_distilled", ["--help"], log, threads=1, stdout=out)
+    assert "--teacher-path" in out.read_text() and "--teacher-path" not in log.read_text()
+    with pytest.raises(ValueError, match="not preloaded"):
+        run_logged("fairseq_cli.preprocess", [], log, threads=1)
+
+
 # ------------------------------------------------------------------ kd-effect profile in miniature, end to end
 
 
