@@ -14,7 +14,7 @@ import sacrebleu
 from conftest import ROOT, run_fairseq
 from nat_kd.distill import DistillConfig, distill
 from nat_kd.distill.decoding import DecodingSettings
-from nat_kd.distill.tokenization import TokenizationSettings
+from nat_kd.tokenization import TokenizationSettings
 from nat_kd.generate_distilled import main
 
 N_VALID = 100  # the script's valid and test slices
@@ -44,7 +44,8 @@ def fairseq_generate(foreign):
                       "--max-len-b", "20", "--max-tokens", "300", "--required-batch-size-multiple", "1",
                       "--bpe", "subword_nmt", "--bpe-codes", foreign / "code", "--tokenizer", "moses",
                       "--source-lang", "en", "--target-lang", "fr")
-    found = {kind: {int(m.group(1)): m.group(2) for m in re.finditer(rf"^{kind}-(\d+)\t(?:[^\t]*\t)?(.*)$", log, re.M)}
+    found = {kind: {int(m.group(1)): m.group(2)
+                    for m in re.finditer(rf"^{kind}-(\d+)\t(?:[^\t\n]*\t)?(.*)$", log, re.M)}
              for kind in ("H", "D", "T")}
     return {kind: [by_id[i] for i in range(len(by_id))] for kind, by_id in found.items()}
 
@@ -155,3 +156,68 @@ def test_bad_tokenization_options_are_clear_errors(foreign, tmp_path, capsys):
     assert main([*common, "--source", str(foreign / "raw" / "valid.en"), "--post-process", "subword_nmt"]) == 2
     assert "needs the BPE itself" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- nat_kd.prepare on an own corpus
+
+def test_prepare_with_bpe_codes_gives_the_corpus_tokens(foreign, tmp_path):
+    """Raw files by prefix, fairseq's moses + subword_nmt encoders: the tokens the command-line tools wrote
+    (sacremoses tokenize -a, subword-nmt apply-bpe), and one dictionary per language when asked."""
+    from nat_kd.artifacts import PreparedCorpus
+    from nat_kd.prepare import main as prepare_main
+
+    out = tmp_path / "bpe"
+    assert prepare_main(["--src", "en", "--tgt", "fr", "--trainpref", str(foreign / "raw" / "train"),
+                         "--validpref", str(foreign / "raw" / "valid"), "--bpe-codes", str(foreign / "code"),
+                         "--tokenizer", "moses", "--separate-dictionaries", "--out-dir", str(out),
+                         "--workers", "1"]) == 0
+    prepared = PreparedCorpus(out)
+    for split in ("train", "valid"):
+        for lang in ("en", "fr"):
+            assert lines(prepared.pieces(split, lang)) == lines(foreign / "bpe" / f"{split}.{lang}")
+            assert lines(prepared.raw(split, lang)) == lines(foreign / "raw" / f"{split}.{lang}")
+    assert not prepared.bin.prefix("test", "en", "fr", "en").with_suffix(".bin").exists()  # no --testpref
+    assert prepared.bin.dictionary("en").read_text() != prepared.bin.dictionary("fr").read_text()
+    settings = prepared.tokenization()  # what generate_distilled --prepared detokenizes with
+    assert settings.bpe == {"_name": "subword_nmt", "bpe_codes": str(prepared.bpe_codes)}
+    assert settings.tokenizer == {"_name": "moses"}
+    assert prepared.bpe_codes.read_bytes() == (foreign / "code").read_bytes()
+
+
+def test_prepare_pretokenized_only_binarizes_as_fairseq_preprocess(foreign, tmp_path):
+    from nat_kd.prepare import PrepareConfig, prepare
+
+    cfg = PrepareConfig("en", "fr", trainpref=str(foreign / "bpe" / "train"), validpref=str(foreign / "bpe" / "valid"),
+                        testpref=str(foreign / "bpe" / "test"), pretokenized=True)
+    out = prepare(cfg, out_dir=tmp_path / "pre", workers=1)
+    theirs = foreign / "data-bin"
+    for name in ("dict.en.txt", "dict.fr.txt", *(f"{s}.en-fr.{lang}.{ext}" for s in ("train", "valid", "test")
+                                                 for lang in ("en", "fr") for ext in ("bin", "idx"))):
+        assert (out / "bin" / name).read_bytes() == (theirs / name).read_bytes(), name
+
+
+def test_prepare_with_an_existing_sentencepiece_model(tiny_en_de, tmp_path):
+    from nat_kd.artifacts import PreparedCorpus
+    from nat_kd.prepare import PrepareConfig, prepare
+
+    cfg = PrepareConfig("en", "de", trainpref=str(tiny_en_de / "raw" / "valid"),
+                        spm_model=str(tiny_en_de / "spm.model"))
+    out = PreparedCorpus(prepare(cfg, out_dir=tmp_path / "spm", workers=1))
+    for lang in ("en", "de"):
+        assert lines(out.pieces("train", lang)) == lines(tiny_en_de / "spm" / f"valid.{lang}")
+    assert out.tokenization().bpe == {"_name": "sentencepiece", "sentencepiece_model": str(out.spm_model)}
+
+
+def test_multi30k_settings_and_bad_own_corpus_options():
+    from nat_kd.errors import SettingsError
+    from nat_kd.prepare import PrepareConfig
+
+    # the fields of an own corpus stay out of a Multi30k fingerprint: folders prepared before them stay valid
+    assert PrepareConfig("en", "de").settings() == {"src": "en", "tgt": "de", "vocab_size": 8000,
+                                                    "spm_model_type": "unigram", "train_limit": None}
+    with pytest.raises(SettingsError, match="pass --trainpref too"):
+        PrepareConfig("en", "de", bpe_codes="codes")
+    with pytest.raises(SettingsError, match="choose one of"):
+        PrepareConfig("en", "ro", trainpref="t", bpe_codes="codes", pretokenized=True)
+    with pytest.raises(SettingsError, match="--tokenizer is the word tokenizer under --bpe-codes"):
+        PrepareConfig("en", "ro", trainpref="t", tokenizer="moses")

@@ -30,10 +30,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nat_kd import cli
+from nat_kd import cli, tokenization
 from nat_kd.artifacts import PreparedCorpus
 
-from . import tokenization
 from .decoding import STRATEGIES, DecodingSettings
 
 
@@ -52,8 +51,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                               "(default: the data folder recorded in the checkpoint)")
     dictionaries.add_argument("--dict-dir", metavar="DIR", help="deprecated: --teacher-data")
     corpus = p.add_argument_group("corpus")
-    corpus.add_argument("--prepared", help="nat_kd.prepare output folder: sets --data DIR/bin, --spm-model "
-                        "DIR/spm.model, --source/--reference DIR/raw/SPLIT.{SRC,TGT} unless given")
+    corpus.add_argument("--prepared", help="nat_kd.prepare output folder: sets --data DIR/bin, the tokenization "
+                        "its manifest records (default DIR/spm.model), "
+                        "--source/--reference DIR/raw/SPLIT.{SRC,TGT} unless given")
     corpus.add_argument("--data", help="fairseq-binarized folder with SPLIT.SRC-TGT.SRC.{bin,idx}")
     corpus.add_argument("--source", help="raw source text (one sentence a line)")
     corpus.add_argument("--reference", help="raw reference targets, line-aligned (needed by seq-inter, and "
@@ -110,7 +110,7 @@ def config_from_args(args):
         src, tgt = prepared.language_pair()
         data = data or str(prepared.bin.root)
         if text_settings is None:
-            text_settings = tokenization.TokenizationSettings.sentencepiece(prepared.spm_model)
+            text_settings = prepared.tokenization()
         source = source or str(prepared.raw(args.split, src))
         reference = reference or str(prepared.raw(args.split, tgt))
     teachers, dict_dir = teacher_options(args)

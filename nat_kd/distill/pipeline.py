@@ -21,7 +21,7 @@ from .output import write_output
 from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
 from .scores import scores
 from .source import token_strings
-from .tokenization import TokenizationSettings
+from nat_kd.tokenization import TokenizationSettings
 from .workers import Session, choose_device, decode_pending, parallelism
 
 logger = logging.getLogger("nat_kd.generate_distilled")

@@ -62,7 +62,7 @@ class Session:
         from fairseq_plugins.teacher import TeacherEnsemble
 
         from .source import load_corpus
-        from .tokenization import Tokenization, resolve
+        from nat_kd.tokenization import Tokenization, resolve
 
         self.cfg, self.device = cfg, device
         self.strategy = build_strategy(cfg.decoding)

@@ -1,4 +1,8 @@
-"""Between plain text and the teacher's tokens, with fairseq's own encoders (``fairseq.data.encoders``).
+"""Between plain text and a model's tokens, with fairseq's own encoders (``fairseq.data.encoders``).
+
+Used by nat_kd.prepare (raw text to tokens) and by the generator (raw sources to the teacher's tokens, its
+outputs and the binarized references back to text). Not the word splitting of the metrics
+(nat_kd/analysis/tokenizers/).
 
 The settings are fairseq's: ``--bpe`` (sentencepiece, subword_nmt, gpt2, ... with that BPE's own options,
 e.g. ``--bpe-codes``), ``--tokenizer`` (moses, space, ...) and ``--post-process`` (fairseq-generate's
@@ -83,6 +87,21 @@ class TokenizationSettings:
         if self.is_plain_sentencepiece:
             return {"spm_model": sha256_file(files["sentencepiece_model"])}
         return {"tokenization": {**self.describe(), "files_sha256": {k: sha256_file(p) for k, p in files.items()}}}
+
+    def fairseq_flags(self, source_lang: str, target_lang: str) -> list[str]:
+        """The same settings as fairseq-generate options (its D- lines are then this module's decode)."""
+        if self.is_plain_sentencepiece:  # the spelling fairseq's docs and this project's commands use
+            return ["--remove-bpe", "sentencepiece"]
+        flags = ["--post-process", self.post_process] if self.post_process else []
+        for name, section in (("bpe", self.bpe), ("tokenizer", self.tokenizer)):
+            for key, value in (section or {}).items():
+                option = f"--{name}" if key == "_name" else f"--{key.replace('_', '-')}"
+                if key in _LANGUAGE_OPTIONS or value is None or value is False:
+                    continue  # the task's languages, below
+                flags += [option] if value is True else [option, str(value)]
+        if self.tokenizer:  # fairseq fills the tokenizer's languages (moses) from these, and fails without them
+            flags += ["--source-lang", source_lang, "--target-lang", target_lang]
+        return flags
 
     def describe(self) -> dict:
         return {"bpe": self.bpe, "tokenizer": self.tokenizer, "post_process": self.post_process,
