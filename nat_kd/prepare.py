@@ -103,6 +103,7 @@ class PrepareConfig:
                 if key not in OWN_CORPUS_FIELDS or value != PrepareConfig.__dataclass_fields__[key].default}
 
 
+PATH_FIELDS = ("trainpref", "validpref", "testpref", "spm_model", "bpe_codes")  # hashed by content, not by name
 OWN_CORPUS_FIELDS = ("trainpref", "validpref", "testpref", "spm_model", "bpe_codes", "tokenizer", "pretokenized",
                      "joined_dictionary")
 
@@ -138,17 +139,20 @@ def input_files(raw_dir: Path | None, cfg: PrepareConfig) -> dict[str, dict[str,
 
 
 def fingerprint(raw_dir: Path | None, cfg: PrepareConfig) -> tuple[str, dict]:
-    """A hash of everything the output depends on: settings, code version and every input file's bytes."""
+    """A hash of everything the output depends on: settings, code version and every input file's bytes. Where
+    the files are is not part of it: a moved corpus is the same corpus."""
     inputs = {}
-    for files in input_files(raw_dir, cfg).values():
-        for path in files.values():
-            inputs[path.name if not cfg.trainpref else str(path)] = sha256_file(path)
-    for model in (cfg.spm_model, cfg.bpe_codes):
+    for name, files in input_files(raw_dir, cfg).items():
+        for lang, path in files.items():
+            inputs[f"{name}.{lang}" if cfg.trainpref else path.name] = sha256_file(path)
+    for option in ("spm_model", "bpe_codes"):
+        model = getattr(cfg, option)
         if model:
             if not Path(model).is_file():
-                raise CorpusError(f"{model} does not exist; check --spm-model or --bpe-codes")
-            inputs[str(model)] = sha256_file(model)
-    return sha256_json({"config": cfg.settings(), "version": PREPARE_VERSION, "inputs": inputs}), inputs
+                raise CorpusError(f"{model} does not exist; check --{option.replace('_', '-')}")
+            inputs[option] = sha256_file(model)
+    settings = {key: (bool(value) if key in PATH_FIELDS else value) for key, value in cfg.settings().items()}
+    return sha256_json({"config": settings, "version": PREPARE_VERSION, "inputs": inputs}), inputs
 
 
 def is_up_to_date(out_dir: Path, key: str, cfg: PrepareConfig) -> bool:

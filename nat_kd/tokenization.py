@@ -28,9 +28,10 @@ from nat_kd.hashing import sha256_file
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 
-# options of the encoders that name a file: a missing file is an error here, and its bytes are fingerprinted
-_FILE_OPTIONS = ("sentencepiece_model", "bpe_codes", "gpt2_encoder_json", "gpt2_vocab_bpe", "bpe_vocab",
-                 "sentencepiece_model_path")
+# options of fairseq's encoders that name a file: a missing one is an error here, and its bytes are
+# fingerprinted (a URL, which fairseq downloads itself, is left to fairseq)
+_FILE_OPTIONS = ("sentencepiece_model", "bpe_codes", "gpt2_encoder_json", "gpt2_vocab_bpe", "bpe_merges",
+                 "bpe_vocab", "sentencepiece_model_path")
 # encoder options that fairseq fills from the task's language pair (moses: tokenize in the source language,
 # detokenize in the target language); here both are the language of the text at hand, so that a source side
 # is detokenized by the source language's rules too
@@ -75,7 +76,7 @@ class TokenizationSettings:
     def files(self) -> dict[str, str]:
         """The files the settings name, by option."""
         return {key: str(value) for section in (self.bpe, self.tokenizer) if section
-                for key, value in section.items() if key in _FILE_OPTIONS and value}
+                for key, value in section.items() if key in _FILE_OPTIONS and value and "://" not in str(value)}
 
     def fingerprint(self) -> dict:
         """What a distilled set's text depends on: the settings and the bytes of the files they name.
@@ -119,9 +120,9 @@ def resolve(settings: TokenizationSettings | None, checkpoint_cfg) -> Tokenizati
             logger.info("detokenizing with the teacher checkpoint's settings: bpe %s, tokenizer %s",
                         (settings.bpe or {}).get("_name"), (settings.tokenizer or {}).get("_name"))
     if settings is None or not settings.detokenizes:
-        logger.warning("no --bpe, --tokenizer, --post-process or --spm-model, and none in the teacher's checkpoint: "
-                       "the text output stays in the teacher's tokens and BLEU/chrF are computed on tokens, "
-                       "not comparable with detokenized scores")
+        logger.warning("no detokenization (none of --bpe, --tokenizer, --post-process, --spm-model given or recorded "
+                       "in the teacher's checkpoint, or --bpe none): the text output stays in the teacher's tokens "
+                       "and BLEU/chrF are computed on tokens, not comparable with detokenized scores")
         return NO_TOKENIZATION
     return settings
 

@@ -140,8 +140,8 @@ def test_no_detokenization_warns_and_scores_tokens(from_checkpoint, foreign, tmp
     # seq-inter reranked against the binarized references, in tokens: never worse than beam per sentence
     references = lines(foreign / "bpe" / "valid.fr")
     metric = sacrebleu.BLEU(effective_order=True)
-    beam = [metric.sentence_score(h, [r]).score for h, r in zip(lines(from_checkpoint / "spm" / "valid.fr"), references)]
-    inter = [metric.sentence_score(h, [r]).score for h, r in zip(lines(out / "valid.fr"), references)]
+    beam, inter = ([metric.sentence_score(h, [r]).score for h, r in zip(lines(hypotheses), references)]
+                   for hypotheses in (from_checkpoint / "spm" / "valid.fr", out / "valid.fr"))
     assert all(i >= b - 1e-9 for i, b in zip(inter, beam)) and sum(inter) > sum(beam)
 
 
@@ -213,11 +213,37 @@ def test_multi30k_settings_and_bad_own_corpus_options():
     from nat_kd.prepare import PrepareConfig
 
     # the fields of an own corpus stay out of a Multi30k fingerprint: folders prepared before them stay valid
-    assert PrepareConfig("en", "de").settings() == {"src": "en", "tgt": "de", "vocab_size": 8000,
-                                                    "spm_model_type": "unigram", "train_limit": None}
+    from nat_kd.corpus import data_dir
+    from nat_kd.hashing import sha256_file, sha256_json
+    from nat_kd.prepare import fingerprint
+
+    before = {"src": "en", "tgt": "de", "vocab_size": 8000, "spm_model_type": "unigram", "train_limit": None}
+    assert PrepareConfig("en", "de").settings() == before
+    files = {f"{split}.{lang}.gz": sha256_file(data_dir() / f"{split}.{lang}.gz")
+             for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")}
+    assert fingerprint(data_dir(), PrepareConfig("en", "de"))[0] == sha256_json(
+        {"config": before, "version": 1, "inputs": files})  # the formula of prepare version 1
     with pytest.raises(SettingsError, match="pass --trainpref too"):
         PrepareConfig("en", "de", bpe_codes="codes")
     with pytest.raises(SettingsError, match="choose one of"):
         PrepareConfig("en", "ro", trainpref="t", bpe_codes="codes", pretokenized=True)
     with pytest.raises(SettingsError, match="--tokenizer is the word tokenizer under --bpe-codes"):
         PrepareConfig("en", "ro", trainpref="t", tokenizer="moses")
+
+
+def test_prepare_fingerprint_is_the_content_not_the_place(foreign, tmp_path):
+    import shutil
+
+    from nat_kd.prepare import PrepareConfig, fingerprint
+
+    def key(root):
+        return fingerprint(None, PrepareConfig("en", "fr", trainpref=str(root / "raw" / "train"),
+                                               validpref=str(root / "raw" / "valid"), bpe_codes=str(root / "code"),
+                                               tokenizer="moses"))[0]
+
+    moved = tmp_path / "moved"
+    shutil.copytree(foreign / "raw", moved / "raw")
+    shutil.copyfile(foreign / "code", moved / "code")
+    assert key(moved) == key(foreign)
+    (moved / "raw" / "valid.fr").write_text("changed\n" * N_VALID)
+    assert key(moved) != key(foreign)
