@@ -15,13 +15,13 @@ from pathlib import Path
 from nat_kd import __version__, atomic
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
+from nat_kd.tokenization import TokenizationSettings
 
 from .decoding import DecodingSettings
 from .output import write_output
 from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
 from .scores import scores
 from .source import token_strings
-from nat_kd.tokenization import TokenizationSettings
 from .workers import Session, choose_device, decode_pending, parallelism
 
 logger = logging.getLogger("nat_kd.generate_distilled")
