@@ -142,7 +142,7 @@ class DistilledSet(_Folder):
         return self.root / "spm"
 
     def pieces(self, split: str, lang: str) -> Path:
-        """The same as sentencepiece pieces (the teacher's own tokens)."""
+        """The same in the teacher's own tokens (sentencepiece pieces, or BPE units with their joiners)."""
         return self.pieces_dir / f"{split}.{lang}"
 
     def meta(self) -> dict | None:
