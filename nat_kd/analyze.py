@@ -187,8 +187,8 @@ def cmd_report(args):
         real = DataSet(args.real_name, Path(args.real_src), Path(args.real_tgt))
     else:
         directory = data_dir(args.data_dir)
-        real = DataSet(args.real_name, split_file(directory, args.split, args.src_lang),
-                       split_file(directory, args.split, args.tgt_lang))
+        real = DataSet(args.real_name, split_file(directory, args.split or "train", args.src_lang),
+                       split_file(directory, args.split or "train", args.tgt_lang))
     sets = [set_from_arg(s) for s in args.set or []]
     sets += [set_from_dir(d, args.split, args.src_lang, args.tgt_lang) for d in args.set_dir or []]
     mode_texts = {lang: read_lines(path) for lang, path in parse_pairs(args.lang, "--lang").items()}
@@ -259,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--real-tgt", help="real target text (default: DATA_DIR/SPLIT.TGT_LANG)")
     p.add_argument("--real-name", default="real")
     p.add_argument("--data-dir", help="Multi30k raw folder (default: $NAT_KD_DATA or ../shared/data/multi30k)")
-    p.add_argument("--split", default="train")
+    p.add_argument("--split", help="split of the real data in --data-dir (default: train); a --set-dir is read "
+                   "from the files its meta.json names, whatever its split")
     p.add_argument("--src-lang", default="en")
     p.add_argument("--tgt-lang", default="de")
     p.add_argument("--set", action="append", metavar="NAME=SRC_FILE,TGT_FILE", help="a distilled set (repeat)")

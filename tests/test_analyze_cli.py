@@ -74,6 +74,26 @@ def test_report_contract(corpus, capsys):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left behind
 
 
+def test_report_finds_a_set_whatever_its_split(corpus, capsys):
+    """A set distilled from another split (here valid.*, as meta.json names them) needs no --split; a folder
+    without meta.json holding one split is found too, and one holding two asks for --split."""
+    named, bare = corpus / "named", corpus / "bare"
+    for folder in (named, bare):
+        folder.mkdir()
+        (folder / "valid.en").write_text("\n".join(EN) + "\n")
+        (folder / "valid.de").write_text("\n".join(DE[:3]) + "\nEin Mann .\n")
+    (named / "meta.json").write_text(json.dumps({"name": "kd", "strategy": "beam", "split": "valid",
+                                                 "files": {"source": "valid.en", "target": "valid.de"}}))
+    real = ["--real-src", str(corpus / "train.en"), "--real-tgt", str(corpus / "train.de.gz")]
+    assert main(["report", *real, "--set-dir", str(named), "--set-dir", str(bare), "--out", str(corpus / "r")]) == 0
+    rows = {r["name"]: r for r in json.loads((corpus / "r" / "report.json").read_text())["rows"]}
+    assert rows["kd"]["strategy"] == "beam" and rows["kd"]["bleu"] == rows["bare"]["bleu"] < 100
+    (bare / "test.en").write_text("\n".join(EN) + "\n")
+    (bare / "test.de").write_text("\n".join(DE) + "\n")
+    err = run_error(["report", *real, "--set-dir", str(bare), "--out", str(corpus / "r2")], capsys)
+    assert "2 splits with both .en and .de files (test, valid); pass --split" in err
+
+
 # ---------------------------------------------------------------- bad input
 
 def run_error(argv, capsys):

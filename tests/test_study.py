@@ -127,6 +127,48 @@ def test_unknown_profile_lists_the_bundled_ones():
         study_config.load("nonesuch")
 
 
+def test_a_corpus_file_runs_a_profile_on_your_own_corpus(tmp_path):
+    """--corpus C.toml: its [corpus] (paths relative to it) and [study] src, tgt replace the profile's; the
+    multi-modality experiment, which needs Multi30k's four languages, is left out."""
+    from nat_kd.prepare import PrepareConfig, fingerprint
+
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    for split in ("train", "dev", "test"):
+        for lang in ("en", "ro"):
+            (corpus_dir / f"{split}.{lang}").write_text(f"{split} {lang}\n")
+    (corpus_dir / "bpe.codes").write_text("#version: 0.2\n")
+    overlay = tmp_path / "mine.toml"
+    overlay.write_text('[study]\nsrc = "en"\ntgt = "ro"\n[corpus]\ntrainpref = "corpus/train"\n'
+                       'validpref = "corpus/dev"\ntestpref = "corpus/test"\nbpe_codes = "corpus/bpe.codes"\n'
+                       'tokenizer = "moses"\n')
+    cfg = study_config.load("cpu", overlay)
+    assert (cfg.src, cfg.tgt, cfg.modes) == ("en", "ro", None) and len(cfg.teachers) == 4
+    assert cfg.corpus == {"trainpref": str(corpus_dir / "train"), "validpref": str(corpus_dir / "dev"),
+                          "testpref": str(corpus_dir / "test"), "bpe_codes": str(corpus_dir / "bpe.codes"),
+                          "tokenizer": "moses"}
+    steps = {s.name: s for s in build_plan(cfg, tmp_path / "r")}
+    assert not [name for name in steps if name.startswith("modes.")]
+    own = PrepareConfig("en", "ro", cfg.vocab_size, train_limit=cfg.train_limit, **cfg.corpus)
+    assert steps["prepare"].settings["corpus"] == fingerprint(None, own)[0]  # the raw files' content
+
+
+@pytest.mark.parametrize("corpus, message", [
+    ('prepared = "p"\ntrainpref = "t"\n', "either prepared = DIR"),
+    ('trainpref = "t"\nvalidpref = "v"\n', "give validpref and testpref"),
+    ('prepared = "p"\ntokenizer = "moses"\n', "tokenizer apply to raw prefixes only"),
+    ('trainpref = 3\n', "expected str"),
+])
+def test_corpus_section_errors(tmp_path, corpus, message):
+    overlay = tmp_path / "c.toml"
+    overlay.write_text("[corpus]\n" + corpus)
+    with pytest.raises(ConfigError, match=message):
+        study_config.load("micro", overlay)
+    overlay.write_text('[corpus]\nprepared = "p"\n[students]\nfamilies = ["nat"]\n')
+    with pytest.raises(ConfigError, match=r"holds \[corpus\] and \[study\] src, tgt only"):
+        study_config.load("micro", overlay)
+
+
 # ------------------------------------------------------------------ runner
 
 

@@ -38,15 +38,28 @@ class DataSet:
     strategy: str = ""
 
 
-def set_from_dir(directory: str | Path, split: str, src_lang: str, tgt_lang: str) -> DataSet:
-    """A distilled set directory (``<split>.<lang>`` files, optional ``meta.json``)."""
+def set_from_dir(directory: str | Path, split: str | None, src_lang: str, tgt_lang: str) -> DataSet:
+    """A distilled set directory: the text files its meta.json names (whatever the split it was distilled
+    from), else ``<split>.<lang>`` (``split`` None: the one split the folder holds)."""
     distilled = DistilledSet(directory)
     if not distilled.root.is_dir():
         raise CorpusError(f"{distilled.root}: not a directory; pass a distilled set directory holding "
-                          f"{split}.{src_lang} and {split}.{tgt_lang}")
+                          f"SPLIT.{src_lang} and SPLIT.{tgt_lang}")
     meta = distilled.meta() or {}
-    return DataSet(str(meta.get("name") or distilled.root.name), split_file(distilled.root, split, src_lang),
-                   split_file(distilled.root, split, tgt_lang), str(meta.get("strategy", "")))
+    files = meta.get("files", {})
+    if files.get("source") and files.get("target") and split in (None, meta.get("split")):
+        src, tgt = distilled.root / files["source"], distilled.root / files["target"]
+    else:
+        if split is None:
+            src_splits, tgt_splits = ({p.name[:-len(lang) - 1] for p in distilled.root.glob(f"*.{lang}")}
+                                      for lang in (src_lang, tgt_lang))
+            splits = sorted(src_splits & tgt_splits)
+            if len(splits) != 1:
+                raise CorpusError(f"{distilled.root}: no meta.json, and {len(splits)} splits with both .{src_lang} "
+                                  f"and .{tgt_lang} files ({', '.join(splits) or 'none'}); pass --split")
+            split = splits[0]
+        src, tgt = split_file(distilled.root, split, src_lang), split_file(distilled.root, split, tgt_lang)
+    return DataSet(str(meta.get("name") or distilled.root.name), src, tgt, str(meta.get("strategy", "")))
 
 
 def set_from_arg(text: str) -> DataSet:

@@ -15,6 +15,7 @@ from pathlib import Path
 from nat_kd import __version__, atomic
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
+from nat_kd.tokenization import TokenizationSettings
 
 from .decoding import DecodingSettings
 from .output import write_output
@@ -30,11 +31,13 @@ logger = logging.getLogger("nat_kd.generate_distilled")
 class DistillConfig:
     teachers: list[str]
     out_dir: str
-    spm_model: str
+    spm_model: str | None = None  # a shortcut: tokenization=TokenizationSettings.sentencepiece(spm_model)
     split: str = "train"
-    source: str | None = None  # raw source text (encoded with spm_model), or the source text of --data
+    source: str | None = None  # raw source text (encoded into the teacher's tokens), or the source text of --data
     data_dir: str | None = None  # fairseq-binarized folder holding SPLIT.SRC-TGT.SRC.{bin,idx}
-    reference: str | None = None  # raw reference targets, line-aligned with the source
+    reference: str | None = None  # raw reference targets, line-aligned (default: data_dir's target side, decoded)
+    # text <-> the teacher's tokens (fairseq's --bpe/--tokenizer/--post-process); None: the checkpoint's
+    tokenization: TokenizationSettings | None = None
     dict_dir: str | None = None  # the teacher's dictionaries (default: the folder it was trained on)
     decoding: DecodingSettings = field(default_factory=DecodingSettings)
     name: str | None = None  # recorded in meta.json (default: the output folder's name)
@@ -48,6 +51,14 @@ class DistillConfig:
     threads: int = 0  # torch threads per worker; 0: cores / workers
     device: str = "auto"  # "cpu", "cuda", or auto
     progress_bar: bool = True
+
+    def __post_init__(self):
+        if self.spm_model is not None:
+            if self.tokenization is not None:
+                raise SettingsError("spm_model is a shortcut for tokenization=TokenizationSettings.sentencepiece(...): "
+                                    "give one of the two")
+            self.tokenization = TokenizationSettings.sentencepiece(self.spm_model)
+            self.spm_model = None
 
 
 @dataclass
@@ -83,6 +94,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
         "seed": cfg.decoding.seed, "teacher": teacher.describe(), "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
+        "tokenization": session.tokenization.describe(),
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
         "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
         "empty_outputs": sum(1 for p in pieces if not p),

@@ -55,23 +55,28 @@ def parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
 
 
 class Session:
-    """Everything loaded once per process: teacher, sentencepiece, corpus, fairseq dataset, chunk plan."""
+    """Everything loaded once per process: teacher, its encoders (tokenization.py), corpus, fairseq dataset,
+    chunk plan."""
 
     def __init__(self, cfg: DistillConfig, device: str = "cpu"):
         from fairseq_plugins.teacher import TeacherEnsemble
 
-        from .source import load_corpus, load_sentencepiece
+        from .source import load_corpus
+        from nat_kd.tokenization import Tokenization, resolve
 
         self.cfg, self.device = cfg, device
         self.strategy = build_strategy(cfg.decoding)
-        if self.strategy.needs_reference and not cfg.reference:
-            raise SettingsError(f"strategy {self.strategy.name} reranks against the reference: pass --reference")
         self.teacher = TeacherEnsemble.load(cfg.teachers, cfg.dict_dir)
         if cfg.data_dir:
             self.teacher.check_data_folder(cfg.data_dir)
-        self.sp = load_sentencepiece(cfg.spm_model)
-        self.corpus = load_corpus(teacher=self.teacher, sp=self.sp, split=cfg.split, source=cfg.source,
+        self.tokenization = resolve(cfg.tokenization, self.teacher.config)
+        self.codecs = (Tokenization(self.tokenization, self.teacher.source_lang),
+                       Tokenization(self.tokenization, self.teacher.target_lang))
+        self.corpus = load_corpus(teacher=self.teacher, codecs=self.codecs, split=cfg.split, source=cfg.source,
                                   data_dir=cfg.data_dir, reference=cfg.reference)
+        if self.strategy.needs_reference and self.corpus.references is None:
+            raise SettingsError(f"strategy {self.strategy.name} reranks against the reference: pass --reference, "
+                                "or binarized data (--data) with the split's target side")
         self.dataset = self._dataset()
         if device != "cpu":
             self.teacher.to(device)
@@ -124,19 +129,20 @@ class Session:
                 "progress_version": PROGRESS_VERSION, "teachers": [sha256_file(p) for p in cfg.teachers],
                 "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
-                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, "spm_model": sha256_file(cfg.spm_model)}
+                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, **self.tokenization.fingerprint()}
         return self._fingerprint
 
     def decoder(self) -> ChunkDecoder:
-        return ChunkDecoder(self.teacher, self.strategy, self.dataset, self.sp, self.corpus.references, self.device)
+        return ChunkDecoder(self.teacher, self.strategy, self.dataset, self.codecs[1], self.corpus.references,
+                            self.device)
 
 
 class ChunkDecoder:
     """Decodes chunks of the corpus with a teacher: fairseq's collater and SequenceGenerator, batch by batch."""
 
-    def __init__(self, teacher, strategy: DecodingStrategy, dataset, sp, references=None, device="cpu"):
+    def __init__(self, teacher, strategy: DecodingStrategy, dataset, codec, references=None, device="cpu"):
         self.teacher, self.strategy, self.dataset = teacher, strategy, dataset
-        self.references, self.sp, self.device = references, sp, device
+        self.references, self.codec, self.device = references, codec, device
         self.generator = strategy.build_generator(teacher.models, teacher.tgt_dict)
         if strategy.needs_reference and references is None:
             raise SettingsError(f"{strategy.name} needs the references (--reference)")
@@ -155,7 +161,7 @@ class ChunkDecoder:
         out = []
         for sentence_id, nbest in zip(sentence_ids, hypos):
             candidates = token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for h in nbest])
-            texts = self.sp.decode([c.split() for c in candidates])
+            texts = self.codec.decode_all(candidates)
             out.append((sentence_id, candidates[self.strategy.choose(texts, self.references[sentence_id])]))
         return out
 
@@ -165,7 +171,7 @@ class ChunkDecoder:
         start = time.perf_counter()
         results = sorted(pair for batch in batches for pair in self.decode_batch(batch))
         chunk = {"ids": [i for i, _ in results], "pieces": [p for _, p in results]}
-        chunk["text"] = self.sp.decode([p.split() for p in chunk["pieces"]])
+        chunk["text"] = self.codec.decode_all(chunk["pieces"])
         if self.references is not None:
             chunk["statistics"] = statistics(chunk["text"], [self.references[i] for i in chunk["ids"]])
         chunk["seconds"] = round(time.perf_counter() - start, 3)

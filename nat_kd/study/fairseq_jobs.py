@@ -20,6 +20,7 @@ import sacrebleu
 
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
 from nat_kd.artifacts import DistilledSet
+from nat_kd.tokenization import TokenizationSettings
 
 from .config import ModelShape, Training
 
@@ -108,8 +109,11 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
 
 
 def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: int, max_tokens: int, log: Path,
-              threads: int, nat_family: str | None = None, max_len_a: float = 0.0, max_len_b: int = 200) -> list[str]:
-    """fairseq-generate ``split``; writes the detokenized hypotheses (in corpus order) to ``out``."""
+              threads: int, tokenization: TokenizationSettings, languages: tuple[str, str],
+              nat_family: str | None = None,
+              max_len_a: float = 0.0, max_len_b: int = 200) -> list[str]:
+    """fairseq-generate ``split``; writes the hypotheses (in corpus order), detokenized by ``tokenization`` as
+    the corpus was tokenized, to ``out``."""
     if nat_family:
         task = ["--task", "translation_lev", *STUDENT_FAMILIES[nat_family].decode_flags, "--beam", 1]
     else:
@@ -117,7 +121,7 @@ def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: i
     raw = out.with_suffix(".generate.txt")
     run_logged("fairseq_cli.generate", [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--gen-subset", split,
                 "--path", checkpoint, "--max-tokens", max_tokens, "--required-batch-size-multiple", 1,
-                "--remove-bpe", "sentencepiece"], log, threads, stdout=raw)
+                *tokenization.fairseq_flags(*languages)], log, threads, stdout=raw)
     hyps = {int(m.group(1)): m.group(2) for m in
             re.finditer(r"^D-(\d+)\t[^\t]*\t(.*)$", raw.read_text(encoding="utf-8"), re.M)}
     count = len(hyps)
