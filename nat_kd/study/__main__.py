@@ -47,7 +47,8 @@ def _study(args, argv) -> int:
     from .results import write_results  # imports matplotlib
 
     cfg = load(args.config, args.corpus)
-    out = Path(args.out or f"runs/study/{cfg.name}")
+    # absolute: the model jobs run in the checkout, wherever the study was started from
+    out = Path(args.out or f"runs/study/{cfg.name}").resolve()
     steps = build_plan(cfg, out / "results", args.data_dir)
     runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads)
     if args.list:
