@@ -1,4 +1,5 @@
 """The study driver: config checks, the step runner's skip/redo/resume rules, and the micro profile end to end."""
+import itertools
 import json
 from pathlib import Path
 
@@ -255,11 +256,26 @@ def test_runner_runs_independent_steps_side_by_side(tmp_path):
 # ------------------------------------------------------------------ micro profile, end to end
 
 
+def _small_multi30k(folder: Path, train: int = 120, evaluation: int = 100) -> str:
+    """The first lines of each Multi30k split (all four languages): the end-to-end profiles decode the
+    validation and test sets several times, and their size, not the models', sets the tests' time."""
+    from nat_kd.corpus import data_dir, iter_lines
+
+    folder.mkdir()
+    for file in data_dir().iterdir():
+        split, lang = file.name.split(".")[:2]
+        if lang in ("en", "de", "fr", "cs"):
+            lines = list(itertools.islice(iter_lines(file), train if split == "train" else evaluation))
+            (folder / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(folder)
+
+
 def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     from nat_kd.study.__main__ import main
 
     out = tmp_path / "study"
-    assert main(["micro", "--out", str(out)]) == 0
+    corpus = _small_multi30k(tmp_path / "multi30k")
+    assert main(["micro", "--out", str(out), "--data-dir", corpus]) == 0
     results = out / "results"
     for figure in ["students_vs_teacher_capacity.png", "born_again.png", "analysis/complexity_vs_faithfulness.png",
                    "modes/mode_mix.png"]:
@@ -288,12 +304,12 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     (results / "results.md").unlink()
     capsys.readouterr()
     # resumption: a second run finds every step done, runs none, and rewrites the results
-    assert main(["micro", "--out", str(out)]) == 0
+    assert main(["micro", "--out", str(out), "--data-dir", corpus]) == 0
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
     assert (results / "results.md").read_text() == text
     # --results-only re-renders the tables from the records without running or checking any step
     (results / "results.md").unlink()
-    assert main(["micro", "--out", str(out), "--results-only"]) == 0
+    assert main(["micro", "--out", str(out), "--data-dir", corpus, "--results-only"]) == 0
     assert "ran 0 step(s), 0 already done" in capsys.readouterr().out
     assert (results / "results.md").read_text().replace(" --results-only", "") == text
 
@@ -422,7 +438,8 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
     from nat_kd.study.__main__ import main
 
     out = tmp_path / "kd"
-    assert main(["kd-effect-micro", "--out", str(out)]) == 0
+    corpus = _small_multi30k(tmp_path / "multi30k")
+    assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus]) == 0
     results = out / "results"
     text = (results / "results.md").read_text()
     steps = json.loads((results / "results.json").read_text())["steps"]
@@ -462,7 +479,7 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
             line = next(l for l in section.splitlines() if l.startswith(f"| {name} |"))
             assert "| - |" not in line, line
     capsys.readouterr()
-    assert main(["kd-effect-micro", "--out", str(out), "--list"]) == 0
+    assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus, "--list"]) == 0
     assert capsys.readouterr().out.split().count("done") == len(steps)
-    assert main(["kd-effect-micro", "--out", str(out)]) == 0
+    assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus]) == 0
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
