@@ -1,12 +1,17 @@
-"""The report's figures: complexity versus faithfulness (the study's main figure) and the mode mix."""
+"""The report's figures: complexity versus faithfulness (the study's main figure) and the mode mix; the
+dataset card draws its histograms with the same ``save_figure``."""
 from __future__ import annotations
 
+import logging
 import math
 import os
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on a training machine
+# its font search logs every candidate at DEBUG, which fills the generator's log once fairseq has loaded a
+# checkpoint (loading leaves the root logger at DEBUG)
+logging.getLogger("matplotlib").setLevel(logging.WARNING)
 import matplotlib.pyplot as plt  # noqa: E402
 
 from nat_kd import atomic  # noqa: E402
