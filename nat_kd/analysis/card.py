@@ -88,11 +88,13 @@ def card_markdown(card: dict, figure_name: str) -> str:
     out = [f"# Dataset card: {card['name']}", "",
            f"Written by nat_kd {card['nat_kd_version']}. Per-line scores: `{card['sentence_scores']['file']}`.", "",
            "## Teacher", ""]
+    checkpoints = t["checkpoints"] or ["-"]
+    hashes, archs = t["sha256"] or ["-"] * len(checkpoints), t["architecture"] or ["-"] * len(checkpoints)
     out.append(markdown.table(
         ["checkpoint", "sha256", "architecture", "parameters", "validation BLEU"],
-        [[c, (t["sha256"] or ["-"] * len(t["checkpoints"]))[i][:16], (t["architecture"] or ["-"])[min(i, len(t["architecture"] or ["-"]) - 1)],
-          markdown.cell(t["parameters"], ","), markdown.cell(t["validation_bleu"], ".2f") if i == 0 else ""]
-         for i, c in enumerate(t["checkpoints"] or ["-"])]))
+        [[c, h[:16], a, markdown.cell(t["parameters"], ",") if i == 0 else "",
+          markdown.cell(t["validation_bleu"], ".2f") if i == 0 else ""]
+         for i, (c, h, a) in enumerate(zip(checkpoints, hashes, archs))]))
     if t["validation_bleu"] is None:
         out.append("Validation BLEU: not known (give it with `python -m nat_kd.analyze card DIR --teacher-valid-bleu B`).\n")
     out += ["## Decoding", "", f"Backend `{d['backend']}`, strategy `{d['strategy']}`: "

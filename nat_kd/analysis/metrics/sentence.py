@@ -12,7 +12,8 @@ Columns, one row per line (``scores.tsv`` beside a distilled set, see docs/analy
 * ``logprob``: the teacher's log-probability of the line divided by its length in tokens (EOS included):
   the mean of the decoder's per-token scores, whatever the length penalty. Only the generator knows it;
 * ``frs``: the line's fuzzy reordering score from the analysis aligner's links (``reordering.sentence_scores``;
-  NaN when fewer than two source words are aligned). Added by ``analyze`` (it needs the corpus aligned).
+  NaN when fewer than two source words are aligned). Added by ``analyze`` (it needs the corpus aligned);
+* ``replaced``: in a set written by nat_kd.mix, 1 where the line is the real target.
 
 BLEU and chrF come from sacrebleu's per-sentence sufficient statistics, extracted once: the generator sums
 the same statistics into its corpus scores (nat_kd.distill.scores), so nothing is tokenised twice.
@@ -34,7 +35,7 @@ from nat_kd.corpus import CorpusError, iter_lines
 
 REPEAT_N = 2
 # the columns in the order scores.tsv writes them; those a scorer cannot know are left out of its file
-COLUMNS = ("bleu", "chrf", "length_ratio", "repeated_ngrams", "repeated", "logprob", "frs")
+COLUMNS = ("bleu", "chrf", "length_ratio", "repeated_ngrams", "repeated", "logprob", "frs", "replaced")
 
 
 def _metrics() -> dict:
@@ -85,7 +86,7 @@ class SentenceScores:
     def write(self, path: str | Path) -> None:
         """A TSV with a header: ``line`` (1-based) then the measured columns; NaN written as ``nan``."""
         names = [c for c in COLUMNS if c in self.columns]
-        integer = {"repeated_ngrams", "repeated"}
+        integer = {"repeated_ngrams", "repeated", "replaced"}
         with writing(path) as out:
             out.write("\t".join(["line", *names]) + "\n")
             cells = [self.columns[c].astype(np.int64).astype(str) if c in integer
