@@ -54,7 +54,7 @@ def set_from_dir(directory: str | Path, split: str, src_lang: str, tgt_lang: str
     meta = distilled.meta() or {}
     return DataSet(str(meta.get("name") or distilled.root.name), split_file(distilled.root, split, src_lang),
                    split_file(distilled.root, split, tgt_lang), str(meta.get("strategy", "")),
-                   distilled.root if meta else None)
+                   distilled.root if "files" in meta else None)  # written by the generator or nat_kd.mix
 
 
 def set_from_arg(text: str) -> DataSet:
