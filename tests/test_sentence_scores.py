@@ -100,3 +100,17 @@ def test_frequency_buckets_by_hand():
     # the real data against itself keeps everything
     itself = frequency_table(counts, [1, 2], real_links, real_links, complexity)
     assert [(r.kept, r.words_losing_all) for r in itself] == [(1.0, 0), (1.0, 0)]
+
+
+def test_the_cards_repeated_outputs_by_hand():
+    from nat_kd.analysis.card import repeated_outputs
+
+    target = ["ein mann ein mann .", "Ein Hund .", "ein mann ein mann .", "zwei hunde zwei hunde zwei hunde", "x"]
+    reference = ["ein mann .", "ein hund .", "a b a b", "zwei hunde", "x"]
+    scores = SentenceScorer().score(target, reference)
+    rep = repeated_outputs(target, scores, reference)
+    assert (rep["n"], rep["lines"], rep["share"], rep["reference_share"]) == (2, 3, 3 / 5, 1 / 5)
+    # "ein mann" repeats in two outputs; "zwei hunde" and "hunde zwei" in one (each counted once per line)
+    assert rep["most_repeated_ngrams"][0] == ("ein mann", 2)
+    assert sorted(rep["most_repeated_ngrams"][1:]) == [("hunde zwei", 1), ("zwei hunde", 1)]
+    assert rep["most_frequent_outputs"] == [("ein mann ein mann .", 2)]
