@@ -52,7 +52,8 @@ class MixRule:
                  "repeated" if self.repeated else ""]
         text = " or ".join(p for p in parts if p)
         if self.target_complexity is not None:
-            text = (f"({text}) then " if text else "") + f"worst {self.worst_by} first until C(d)={self.target_complexity:g}"
+            text = ((f"({text}) then " if text else "")
+                    + f"worst {self.worst_by} first until C(d)={self.target_complexity:g}")
         return text or "none"
 
     def validate(self) -> None:

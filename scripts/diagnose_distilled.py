@@ -48,8 +48,9 @@ def main(argv=None) -> int:
     repeated = int(scores["repeated"].sum())
     ref_repeated = int((SentenceScorer().score(
         prepared.raw(split, tgt).read_text(encoding="utf-8").splitlines(), None)["repeated"]).sum())
-    print(f"repeated outputs (a bigram twice, 13a lowercased): {repeated} of {len(scores)} "
-          f"({100 * repeated / len(scores):.2f}%); references: {ref_repeated} ({100 * ref_repeated / len(scores):.2f}%)")
+    share, ref_share = 100 * repeated / len(scores), 100 * ref_repeated / len(scores)
+    print(f"repeated outputs (a bigram twice, 13a lowercased): {repeated} of {len(scores)} ({share:.2f}%); "
+          f"references: {ref_repeated} ({ref_share:.2f}%)")
 
     mixed = DistilledSet(work / "mix.repeated")
     mix_meta = mix(pure.root, mixed.root, MixRule(repeated=True), prepared=str(prepared.root), name="mix.repeated")

@@ -85,8 +85,8 @@ def test_sentences_scores_any_pair_of_files(corpus, capsys):
     hyp = corpus / "hyp.de"
     hyp.write_text("Ein Mann reitet ein Pferd .\nEine Frau liest ein Buch Buch .\nZwei Hunde .\nEin Mann liest .\n")
     out = corpus / "scores.tsv"
-    assert main(["sentences", "--hyp", str(hyp), "--ref", str(corpus / "train.de.gz"), "--src", str(corpus / "train.en"),
-                 "--out", str(out)]) == 0
+    assert main(["sentences", "--hyp", str(hyp), "--ref", str(corpus / "train.de.gz"),
+                 "--src", str(corpus / "train.en"), "--out", str(out)]) == 0
     assert main(["reordering", "--src", str(corpus / "train.en"), "--tgt", str(hyp), "--per-sentence",
                  str(corpus / "frs.txt")]) == 0
     header, *rows = [line.split("\t") for line in out.read_text().splitlines()]

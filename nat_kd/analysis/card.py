@@ -96,7 +96,8 @@ def card_markdown(card: dict, figure_name: str) -> str:
           markdown.cell(t["validation_bleu"], ".2f") if i == 0 else ""]
          for i, (c, h, a) in enumerate(zip(checkpoints, hashes, archs))]))
     if t["validation_bleu"] is None:
-        out.append("Validation BLEU: not known (give it with `python -m nat_kd.analyze card DIR --teacher-valid-bleu B`).\n")
+        out.append("Validation BLEU: not known (give it with "
+                   "`python -m nat_kd.analyze card DIR --teacher-valid-bleu B`).\n")
     out += ["## Decoding", "", f"Backend `{d['backend']}`, strategy `{d['strategy']}`: "
             + ", ".join(f"{k}={v}" for k, v in (d["settings"] or {}).items()) + ".", ""]
     out += ["## Lines", "", markdown.table(["sentences", "empty source lines", "truncated source lines",
@@ -106,8 +107,9 @@ def card_markdown(card: dict, figure_name: str) -> str:
     ref = card["scores_vs_reference"] or {}
     if ref:
         out += ["## Against the references", "",
-                f"BLEU {ref['bleu']:.2f} (`{ref['bleu_signature']}`), chrF {ref['chrf']:.2f} (`{ref['chrf_signature']}`), "
-                f"length ratio {ref['length_ratio_corpus']:.3f} (corpus), {ref['mean_length_ratio']:.3f} (mean per line).",
+                f"BLEU {ref['bleu']:.2f} (`{ref['bleu_signature']}`), "
+                f"chrF {ref['chrf']:.2f} (`{ref['chrf_signature']}`), length ratio "
+                f"{ref['length_ratio_corpus']:.3f} (corpus), {ref['mean_length_ratio']:.3f} (mean per line).",
                 ""]
     out += _analysis_markdown(card["analysis"])
     out += ["## Per-line scores", "", markdown.table(
@@ -158,8 +160,9 @@ def _analysis_markdown(analysis: dict | None) -> list[str]:
          ["this set", _number(analysis["complexity"]), _number(analysis["faithfulness"]),
           analysis["missing_words"], _number(analysis["reordering"])]]),
         "Signatures: " + "; ".join(f"`{s}`" for s in analysis["signatures"].values()) + "\n"]
+    real = analysis["real"]
     out += ["### Source words by frequency in the real data", "", frequency_markdown(
-        [(analysis["real"]["name"], analysis["real"]["frequency_buckets"]), ("this set", analysis["frequency_buckets"])])]
+        [(real["name"], real["frequency_buckets"]), ("this set", analysis["frequency_buckets"])])]
     return out
 
 

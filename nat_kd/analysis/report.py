@@ -158,7 +158,8 @@ class AnalysisReport:
         if len(set(names)) != len(names):
             raise CorpusError(f"set names must differ, got {names}; name them with --set NAME=... or meta.json")
         # the real data's row comes first: it sets the source-word counts and the linked pairs others are held to
-        self._vocabularies, self._source_counts, self._real_links, self._frs = (Vocabulary(), Vocabulary()), None, None, {}
+        self._vocabularies, self._frs = (Vocabulary(), Vocabulary()), {}
+        self._source_counts, self._real_links = None, None
         real_aligned = self._align(real)
         real_table = real_aligned.result.exported_table()
         rows = [self._row(real, real, real_aligned, real_table)]
