@@ -181,7 +181,10 @@ def plot_scores(scores: SentenceScores, path) -> None:
     fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.4), squeeze=False)
     for ax, name in zip(axes[0], names):
         values = scores[name][~np.isnan(scores[name])]
-        ax.hist(values, bins=30 if name != "repeated_ngrams" else np.arange(0, max(values.max(initial=0), 1) + 2) - 0.5)
+        if name == "repeated_ngrams":  # counts: one bar per value, and a log scale for the rare long loops
+            ax.hist(values, bins=np.arange(0, max(values.max(initial=0), 1) + 2) - 0.5, log=True)
+        else:
+            ax.hist(values, bins=30)
         ax.set_title(name, fontsize=9)
         ax.tick_params(labelsize=7)
     axes[0][0].set_ylabel("lines")

@@ -6,12 +6,13 @@ import logging
 import math
 import os
 
-import matplotlib
+# matplotlib logs its set-up and every font it tries at DEBUG, which fills the generator's log once fairseq has
+# loaded a checkpoint (loading leaves the root logger at DEBUG): quiet it before the import logs anything
+logging.getLogger("matplotlib").setLevel(logging.WARNING)
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # files only; no display on a training machine
-# its font search logs every candidate at DEBUG, which fills the generator's log once fairseq has loaded a
-# checkpoint (loading leaves the root logger at DEBUG)
-logging.getLogger("matplotlib").setLevel(logging.WARNING)
 import matplotlib.pyplot as plt  # noqa: E402
 
 from nat_kd import atomic  # noqa: E402
