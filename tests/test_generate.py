@@ -66,13 +66,16 @@ def config(teacher, tiny_en_de, corpus, out, **kw):
 
 
 def output_bytes(out: Path) -> dict:
-    """Every output file's bytes, and meta.json without its timing."""
+    """Every output file's bytes, and meta.json without its timing (meta.json and the card without the name)."""
     files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     meta = json.loads(files.pop("meta.json"))
     meta.pop("timing")
     meta.pop("name")  # the output folder's name
     meta["batching"].pop("num_shards")
-    return {**files, "meta": meta}
+    card = json.loads(files.pop("card.json"))
+    card.pop("name")
+    files["CARD.md"] = files["CARD.md"].split(b"\n", 1)[1]  # its title is the name
+    return {**files, "meta": meta, "card": card}
 
 
 @pytest.fixture(scope="module")

@@ -63,8 +63,9 @@ def build_card(meta: dict, *, source: list[str], reference: list[str] | None, ta
         "teacher": {"checkpoints": teacher.get("checkpoints"), "sha256": teacher.get("sha256"),
                     "architecture": teacher.get("arch"), "parameters": teacher.get("parameters"),
                     "validation_bleu": teacher_valid_bleu},
+        # what the targets depend on; not batching or sharding, so a sharded run's card is an unsharded one's
         "decoding": {"backend": meta.get("backend", "fairseq"), "strategy": meta.get("strategy"),
-                     "settings": meta.get("settings"), "batching": meta.get("batching")},
+                     "settings": meta.get("settings")},
         "lines": {"sentences": len(target), "empty_source_lines": _lines_field(meta.get("empty_source_lines", [])),
                   "truncated_source_lines": _lines_field(meta.get("truncated_source_lines", [])),
                   "empty_outputs": sum(1 for t in target if not t.strip())},
