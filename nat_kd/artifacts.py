@@ -3,7 +3,8 @@ distilled set. Code that reads or writes one of them asks these types for the pa
 
     PreparedCorpus(DIR)   nat_kd.prepare's output: raw/, spm/, spm.model or bpe.codes, bin/, manifest.json
     BinarizedData(DIR)    fairseq-preprocess's layout: dict.LANG.txt, SPLIT.SRC-TGT.LANG.{bin,idx}
-    DistilledSet(DIR)     nat_kd.generate_distilled's output: SPLIT.LANG, spm/, bin/, meta.json
+    DistilledSet(DIR)     nat_kd.generate_distilled's (or nat_kd.mix's) output: SPLIT.LANG, spm/, bin/, meta.json,
+                          scores.tsv, CARD.md, card.json, card_scores.png
 """
 from __future__ import annotations
 
@@ -144,6 +145,26 @@ class DistilledSet(_Folder):
     def pieces(self, split: str, lang: str) -> Path:
         """The same in the teacher's own tokens (sentencepiece pieces, or BPE units with their joiners)."""
         return self.pieces_dir / f"{split}.{lang}"
+
+    @property
+    def scores_file(self) -> Path:
+        """scores.tsv: each line's scores against its reference (nat_kd.analysis.metrics.sentence)."""
+        return self.root / "scores.tsv"
+
+    @property
+    def card_markdown(self) -> Path:
+        """CARD.md, the dataset card (nat_kd.analysis.card), for people."""
+        return self.root / "CARD.md"
+
+    @property
+    def card_json(self) -> Path:
+        """card.json, the same card for programs."""
+        return self.root / "card.json"
+
+    @property
+    def card_figure(self) -> Path:
+        """The card's histograms of the per-line scores."""
+        return self.root / "card_scores.png"
 
     def meta(self) -> dict | None:
         """meta.json, or None while the set is not complete."""

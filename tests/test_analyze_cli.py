@@ -72,6 +72,33 @@ def test_report_contract(corpus, capsys):
     assert (out / "mode_mix.png").exists()
     assert "| kd-beam5 | beam |" in (out / "report.md").read_text()
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left behind
+    # the frequency buckets: the real source words are a, man, rides, horse, ., woman, reads, book, two, dogs,
+    # play: "a" 5 times, "man" "reads" "." 2-4 times, the 7 others once
+    assert [(b["bucket"], b["words"]) for b in rows["real"]["frequency_buckets"]] == [
+        ("1", 7), ("2-4", 3), ("5-19", 1), ("20+", 0)]
+    assert all(b["kept"] == 1.0 for b in rows["copy"]["frequency_buckets"] if b["real_pairs"])
+    assert "| kd-beam5 | 1 | 7 |" in (out / "report.md").read_text()
+    assert not (kd / "CARD.md").exists()  # a folder the generator did not write gets no card
+
+
+def test_sentences_scores_any_pair_of_files(corpus, capsys):
+    hyp = corpus / "hyp.de"
+    hyp.write_text("Ein Mann reitet ein Pferd .\nEine Frau liest ein Buch Buch .\nZwei Hunde .\nEin Mann liest .\n")
+    out = corpus / "scores.tsv"
+    assert main(["sentences", "--hyp", str(hyp), "--ref", str(corpus / "train.de.gz"),
+                 "--src", str(corpus / "train.en"), "--out", str(out)]) == 0
+    assert main(["reordering", "--src", str(corpus / "train.en"), "--tgt", str(hyp), "--per-sentence",
+                 str(corpus / "frs.txt")]) == 0
+    header, *rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert header == ["line", "bleu", "chrf", "length_ratio", "repeated_ngrams", "repeated", "frs"]
+    assert [r[0] for r in rows] == ["1", "2", "3", "4"]
+    assert float(rows[0][1]) == 100.0 and float(rows[3][2]) == 100.0
+    # line 2 has one word more than its reference (7 / 6); line 3 one fewer (3 / 4)
+    assert [float(r[3]) for r in rows] == pytest.approx([1.0, 7 / 6, 0.75, 1.0], abs=1e-5)  # 6 digits written
+    assert [r[4] for r in rows] == ["0", "0", "0", "0"]  # "buch buch" repeats a word, not a bigram
+    assert [float(r[6]) for r in rows] == pytest.approx([float(x) for x in (corpus / "frs.txt").read_text().split()],
+                                                         nan_ok=True)
+    assert "bleu: mean" in capsys.readouterr().out
 
 
 def test_report_finds_a_set_whatever_its_split(corpus, capsys):

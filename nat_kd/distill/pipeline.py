@@ -12,7 +12,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from nat_kd import __version__, atomic
+from nat_kd.analysis.metrics.sentence import SentenceScorer, SentenceScores
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
 from nat_kd.tokenization import TokenizationSettings
@@ -75,7 +78,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     atomic.remove_stale_builds(out_dir)  # left by a merge killed mid-write
     pieces: list[str | None] = [None] * len(corpus)
     target_text: list[str | None] = [None] * len(corpus)
-    statistics, decode_seconds = [], 0.0
+    statistics, decode_seconds, line_scores = [], 0.0, {}
     for index in range(len(chunks)):
         result = store.load(index)
         decode_seconds += result["seconds"]
@@ -83,16 +86,20 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
             statistics.append(result["statistics"])
         for sentence_id, piece_line, text in zip(result["ids"], result["pieces"], result["text"]):
             pieces[sentence_id], target_text[sentence_id] = piece_line, text
+        for name, values in result["scores"].items():
+            line_scores.setdefault(name, np.full(len(corpus), np.nan))[result["ids"]] = values
     lost = [i + 1 for i, p in enumerate(pieces) if p is None]
     if lost:
         raise ProgressError(f"{len(lost)} sentences have no output (lines {lost[:10]}...); delete {store.dir} "
                             "and rerun")
     source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     out = DistilledSet(out_dir)
+    teacher_meta = {**teacher.describe(), "sha256": session.fingerprint()["teachers"],
+                    "parameters": sum(p.numel() for model in teacher.models for p in model.parameters())}
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
-        "seed": cfg.decoding.seed, "teacher": teacher.describe(), "corpus": corpus.source_description,
+        "seed": cfg.decoding.seed, "teacher": teacher_meta, "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
         "tokenization": session.tokenization.describe(),
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
@@ -106,13 +113,15 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
         "files": {"source": out.text(cfg.split, teacher.source_lang).name,
                   "target": out.text(cfg.split, teacher.target_lang).name,
-                  "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/"},
+                  "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/",
+                  "scores": out.scores_file.name, "card": [out.card_markdown.name, out.card_json.name]},
     }
     write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
                  source_text=corpus.source_text, source_tokens=corpus.source_tokens,
                  source_pieces=source_pieces, target_pieces=pieces,
                  target_text=target_text, dict_dir=teacher.dict_dir, meta=meta,
-                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None)
+                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None, references=corpus.references,
+                 sentence_scores=SentenceScores(line_scores, SentenceScorer().settings))
     # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
     meta["timing"]["wall_seconds"] = round(time.perf_counter() - started, 3)
     atomic.write_json(out.meta_file, meta)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from nat_kd.analysis.metrics.sentence import SentenceScorer, sacrebleu_statistics
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 
@@ -144,36 +145,46 @@ class ChunkDecoder:
         self.teacher, self.strategy, self.dataset = teacher, strategy, dataset
         self.references, self.codec, self.device = references, codec, device
         self.generator = strategy.build_generator(teacher.models, teacher.tgt_dict)
+        self.scorer = SentenceScorer()
         if strategy.needs_reference and references is None:
             raise SettingsError(f"{strategy.name} needs the references (--reference)")
 
-    def decode_batch(self, ids: list[int]) -> list[tuple[int, str]]:
-        """(sentence id, pieces of the kept hypothesis) for each sentence of one fairseq batch."""
+    def decode_batch(self, ids: list[int]) -> list[tuple[int, str, float]]:
+        """(sentence id, pieces of the kept hypothesis, its length-normalised log-probability) for each
+        sentence of one fairseq batch."""
         sample = self.dataset.collater([self.dataset[i] for i in ids])
         if self.device != "cpu":
             from fairseq import utils
             sample = utils.move_to_cuda(sample, device=self.device)
         hypos = self.teacher.task.inference_step(self.generator, self.teacher.models, sample)
         sentence_ids = sample["id"].tolist()
-        if not self.strategy.needs_reference:
-            return list(zip(sentence_ids, token_strings(self.teacher.tgt_dict, [nbest[0]["tokens"].cpu()
-                                                                                for nbest in hypos])))
-        out = []
-        for sentence_id, nbest in zip(sentence_ids, hypos):
-            candidates = token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for h in nbest])
-            texts = self.codec.decode_all(candidates)
-            out.append((sentence_id, candidates[self.strategy.choose(texts, self.references[sentence_id])]))
-        return out
+        if self.strategy.needs_reference:
+            kept = []
+            for sentence_id, nbest in zip(sentence_ids, hypos):
+                candidates = token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for h in nbest])
+                texts = self.codec.decode_all(candidates)
+                kept.append(nbest[self.strategy.choose(texts, self.references[sentence_id])])
+        else:
+            kept = [nbest[0] for nbest in hypos]
+        pieces = token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for h in kept])
+        # the mean of the per-token log-probabilities (EOS included): fairseq's score without the length penalty
+        logprobs = [float(h["positional_scores"].mean()) for h in kept]
+        return list(zip(sentence_ids, pieces, logprobs))
 
     def decode_chunk(self, batches: list[list[int]]) -> dict:
-        """The chunk's sentences in id order: pieces and text; with references, the chunk's summed BLEU/chrF
-        statistics (see scores)."""
+        """The chunk's sentences in id order: pieces, text and log-probability; with references, the chunk's
+        summed BLEU/chrF statistics (see scores); and each line's scores (nat_kd.analysis.metrics.sentence)."""
         start = time.perf_counter()
-        results = sorted(pair for batch in batches for pair in self.decode_batch(batch))
-        chunk = {"ids": [i for i, _ in results], "pieces": [p for _, p in results]}
+        results = sorted(row for batch in batches for row in self.decode_batch(batch))
+        chunk = {"ids": [i for i, _, _ in results], "pieces": [p for _, p, _ in results]}
         chunk["text"] = self.codec.decode_all(chunk["pieces"])
+        references, per_line = None, None
         if self.references is not None:
-            chunk["statistics"] = statistics(chunk["text"], [self.references[i] for i in chunk["ids"]])
+            references = [self.references[i] for i in chunk["ids"]]
+            per_line = sacrebleu_statistics(chunk["text"], references)
+            chunk["statistics"] = statistics(chunk["text"], references, per_line)
+        scores = self.scorer.score(chunk["text"], references, per_line, [lp for _, _, lp in results])
+        chunk["scores"] = {name: values.tolist() for name, values in scores.columns.items()}
         chunk["seconds"] = round(time.perf_counter() - start, 3)
         return chunk
 
