@@ -131,17 +131,22 @@ def reach_complexity(source: list[str], distilled: list[str], real: list[str], o
 
 
 def real_pieces(prepared: PreparedCorpus | None, reference: str, spm_model: str | None, split: str,
-                tgt: str) -> list[str]:
-    """The real targets as sentencepiece pieces: the prepared corpus's own spm/ file (what its bin/ was
-    built from), else the references encoded with ``spm_model``."""
+                tgt: str, tokenization: dict | None = None) -> list[str]:
+    """The real targets in the teacher's tokens: the prepared corpus's own spm/ file (what its bin/ was built
+    from), else the references encoded with ``spm_model``, else with the set's recorded --bpe/--tokenizer."""
+    from nat_kd.tokenization import Tokenization, TokenizationSettings
+
     if prepared is not None and prepared.pieces(split, tgt).is_file():
         return read_lines(prepared.pieces(split, tgt))
-    if not spm_model:
+    if spm_model:
+        settings = TokenizationSettings.sentencepiece(spm_model)
+    elif tokenization and tokenization.get("detokenized"):
+        settings = TokenizationSettings(tokenization.get("bpe"), tokenization.get("tokenizer"),
+                                        tokenization.get("post_process"))
+    else:
         raise SettingsError("pass --prepared (nat_kd.prepare output) or --spm-model: the real targets must be "
-                            "written as the teacher's pieces")
-    from nat_kd.distill.source import load_sentencepiece
-
-    return [" ".join(p) for p in load_sentencepiece(spm_model).encode(read_lines(reference), out_type=str)]
+                            "written as the teacher's tokens, and the set records no --bpe/--tokenizer to do it")
+    return Tokenization(settings, tgt).encode_all(read_lines(reference))
 
 
 def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepared: str | None = None,
@@ -188,7 +193,8 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
         chosen[order[:k]] = True
     target_text = mix_targets(distilled_text, real_text, chosen)
     target_pieces = mix_targets(read_lines(source_set.pieces(split, tgt)),
-                                real_pieces(prepared_corpus, reference, spm_model, split, tgt), chosen)
+                                real_pieces(prepared_corpus, reference, spm_model, split, tgt,
+                                            meta.get("tokenization")), chosen)
 
     from fairseq.data import Dictionary
 

@@ -7,7 +7,8 @@ import pytest
 from nat_kd.analysis.metrics.sentence import SentenceScorer, SentenceScores
 from nat_kd.artifacts import DistilledSet
 from nat_kd.distill.output import write_output
-from nat_kd.distill.source import load_binarized, load_sentencepiece
+from nat_kd.distill.source import load_binarized
+from nat_kd.errors import SettingsError
 from nat_kd.mix import MixRule, main, mix
 
 N = 1014  # Multi30k's valid split, whole: the real targets are the prepared corpus's
@@ -23,7 +24,9 @@ def distilled(tiny_en_de, tmp_path_factory):
     sources = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()
     assert len(refs) == N
     targets = [f"{r} {r}" if i % 3 == 0 else " ".join(r.split()[:3]) for i, r in enumerate(refs)]
-    sp = load_sentencepiece(tiny_en_de / "spm.model")
+    import sentencepiece
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(tiny_en_de / "spm.model"))
     src_dict = Dictionary.load(str(tiny_en_de / "bin" / "dict.en.txt"))
     tokens = load_binarized(tiny_en_de / "bin", "valid", "en", "en-de", src_dict)
     pieces = [" ".join(p) for p in sp.encode(targets, out_type=str)]
@@ -99,3 +102,20 @@ def test_thresholds_are_or_ed_and_worst_first_reaches_a_target(distilled, tiny_e
     assert order[:first].tolist() == [i for i in range(N) if i % 3 == 0]
     rest = scores["bleu"][order[first:]]
     assert (np.diff(rest) >= 0).all()
+
+
+def test_real_targets_are_encoded_like_the_prepared_corpus_when_only_a_model_is_given(tiny_en_de):
+    """Without a prepared corpus the references are encoded with --spm-model (or the set's recorded
+    --bpe/--tokenizer): the very pieces nat_kd.prepare wrote for its bin/."""
+    from nat_kd.artifacts import PreparedCorpus
+    from nat_kd.mix import real_pieces
+
+    prepared = PreparedCorpus(tiny_en_de)
+    reference = str(prepared.raw("valid", "de"))
+    expected = prepared.pieces("valid", "de").read_text(encoding="utf-8").splitlines()
+    assert real_pieces(None, reference, str(tiny_en_de / "spm.model"), "valid", "de") == expected
+    recorded = {"bpe": {"_name": "sentencepiece", "sentencepiece_model": str(tiny_en_de / "spm.model")},
+                "tokenizer": None, "post_process": None, "detokenized": True}
+    assert real_pieces(None, reference, None, "valid", "de", recorded) == expected
+    with pytest.raises(SettingsError, match="--spm-model"):
+        real_pieces(None, reference, None, "valid", "de", {"detokenized": False})
