@@ -381,7 +381,7 @@ def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, 
     if strategy == "ensemble":
         cfg.teachers = [str(teacher), str(teacher)]
     session = Session(cfg)
-    generator = session.decoder().generator
+    generator = session.decoder().backend.generator
     assert isinstance(generator.model, LeanEnsembleModel)
     results = {}
     for name, model in (("lean", generator.model), ("fairseq", EnsembleModel(list(session.teacher.models)))):

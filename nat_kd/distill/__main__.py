@@ -30,6 +30,7 @@ from nat_kd import cli
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.corpus import CorpusError
 
+from .backends import BACKENDS
 from .decoding import STRATEGIES, DecodingSettings
 
 
@@ -80,6 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=0, help="decoding processes (default: one per core)")
     run.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: cores/workers)")
     run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
+    backend = p.add_argument_group("backend (docs/generate_distilled.md: which to use)")
+    backend.add_argument("--backend", default="fairseq", choices=list(BACKENDS),
+                         help="fairseq (default, the reference: any architecture, ensembles) or ctranslate2 (the "
+                              "teacher converted once; about twice as fast on a CPU)")
+    backend.add_argument("--compute-type", default="float32",
+                         help="ctranslate2: float32 (default), int8, int8_float32; on a GPU also float16, bfloat16")
+    backend.add_argument("--fp16", action="store_true", help="fairseq on a GPU: the teacher in half precision")
+    backend.add_argument("--ct2-cache", metavar="DIR", help="ctranslate2: folder of converted teachers, keyed "
+                         "by content hash (default: .ctranslate2-cache beside --out)")
     run.add_argument("--no-progress-bar", action="store_true")
     return p
 
@@ -117,7 +127,8 @@ def config_from_args(args):
         data_dir=data, reference=reference, dict_dir=dict_dir, decoding=settings, name=args.name,
         max_tokens=args.max_tokens, max_sentences=args.max_sentences, chunk_sentences=args.chunk_sentences,
         num_shards=args.num_shards, shard_id=args.shard_id, merge_only=args.merge, workers=args.workers,
-        threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar)
+        threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar, backend=args.backend,
+        compute_type=args.compute_type, fp16=args.fp16, ct2_cache=args.ct2_cache)
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,7 @@ from nat_kd import __version__, atomic
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
 
+from .backends import backend_class
 from .decoding import DecodingSettings
 from .output import write_output
 from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
@@ -48,6 +49,19 @@ class DistillConfig:
     threads: int = 0  # torch threads per worker; 0: cores / workers
     device: str = "auto"  # "cpu", "cuda", or auto
     progress_bar: bool = True
+    backend: str = "fairseq"  # or "ctranslate2" (nat_kd/distill/backends)
+    compute_type: str = "float32"  # ctranslate2: float32, int8, int8_float32; on a GPU also float16, bfloat16
+    fp16: bool = False  # fairseq on a GPU: the teacher in half precision
+    ct2_cache: str | None = None  # ctranslate2: converted teachers (default: OUT/../.ctranslate2-cache)
+
+    def check(self) -> None:
+        """Options that do not fit together."""
+        if self.backend != "ctranslate2" and self.compute_type != "float32":
+            raise SettingsError(f"--compute-type {self.compute_type} is for --backend ctranslate2; the fairseq "
+                                "backend takes --fp16 (on a GPU)")
+        if self.backend != "fairseq" and self.fp16:
+            raise SettingsError("--fp16 is for the fairseq backend; with --backend ctranslate2 use --compute-type "
+                                "float16 (or bfloat16) on a GPU")
 
 
 @dataclass
@@ -81,7 +95,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
-        "seed": cfg.decoding.seed, "teacher": teacher.describe(), "corpus": corpus.source_description,
+        "seed": cfg.decoding.seed, "backend": backend_class(cfg.backend).describe(cfg), "teacher": teacher.describe(), "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
         "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
@@ -114,7 +128,10 @@ def _already_done(out: DistilledSet, fingerprint: dict) -> dict | None:
 
 def distill(cfg: DistillConfig) -> DistillResult:
     started = time.perf_counter()
+    cfg.check()
     device = choose_device(cfg)
+    if cfg.fp16 and device == "cpu":
+        raise SettingsError("--fp16 runs the teacher in half precision on a GPU: add --device cuda")
     workers, threads = parallelism(cfg, device)
     num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
     session = Session(cfg, device)
@@ -133,6 +150,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
     decoded, decode_wall = 0, 0.0
     if not cfg.merge_only:
+        backend_class(cfg.backend).prepare(session)
         pending = [i for i in shard_chunks(len(chunks), shard_id, num_shards) if not store.is_done(i)]
         logger.info("%s: %d chunks, %d to decode in %s (%d worker(s) x %d thread(s) on %s)", out_dir,
                     len(chunks), len(pending), label, workers, threads, device)

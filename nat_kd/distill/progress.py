@@ -19,7 +19,7 @@ from nat_kd.errors import NatKdError
 
 
 # Bump when a change makes old partial progress unusable.
-PROGRESS_VERSION = 2  # 2: batches as fairseq-generate's (reference lengths too)
+PROGRESS_VERSION = 3  # 2: batches as fairseq-generate's (reference lengths too); 3: backends, empty sources
 
 
 class ProgressError(NatKdError):

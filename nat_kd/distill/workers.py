@@ -18,10 +18,10 @@ import numpy as np
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 
-from .decoding import DecodingStrategy, build_strategy
+from .backends import backend_class, build_backend
+from .decoding import build_strategy
 from .progress import PROGRESS_VERSION, ChunkStore
 from .scores import statistics
-from .source import token_strings
 
 if TYPE_CHECKING:
     from .pipeline import DistillConfig
@@ -73,8 +73,10 @@ class Session:
         self.corpus = load_corpus(teacher=self.teacher, sp=self.sp, split=cfg.split, source=cfg.source,
                                   data_dir=cfg.data_dir, reference=cfg.reference)
         self.dataset = self._dataset()
-        if device != "cpu":
-            self.teacher.to(device)
+        if device != "cpu" and cfg.backend == "fairseq":
+            import torch
+
+            self.teacher.to(device, dtype=torch.float16 if cfg.fp16 else None)
 
     def _dataset(self):
         """The corpus as the LanguagePairDataset fairseq-generate builds for a binarized split (the translation
@@ -122,49 +124,48 @@ class Session:
             cfg = self.cfg
             self._fingerprint = {
                 "progress_version": PROGRESS_VERSION, "teachers": [sha256_file(p) for p in cfg.teachers],
+                "backend": backend_class(cfg.backend).describe(cfg),
                 "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                 "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, "spm_model": sha256_file(cfg.spm_model)}
         return self._fingerprint
 
-    def decoder(self) -> ChunkDecoder:
-        return ChunkDecoder(self.teacher, self.strategy, self.dataset, self.sp, self.corpus.references, self.device)
+    def decoder(self, threads: int = 1) -> ChunkDecoder:
+        return ChunkDecoder(self, threads)
 
 
 class ChunkDecoder:
-    """Decodes chunks of the corpus with a teacher: fairseq's collater and SequenceGenerator, batch by batch."""
+    """Decodes chunks of the corpus batch by batch with the configured backend (``backends``), keeps one
+    hypothesis per sentence (the strategy's rule) and detokenizes. Empty sources are not decoded: their
+    target is empty."""
 
-    def __init__(self, teacher, strategy: DecodingStrategy, dataset, sp, references=None, device="cpu"):
-        self.teacher, self.strategy, self.dataset = teacher, strategy, dataset
-        self.references, self.sp, self.device = references, sp, device
-        self.generator = strategy.build_generator(teacher.models, teacher.tgt_dict)
-        if strategy.needs_reference and references is None:
-            raise SettingsError(f"{strategy.name} needs the references (--reference)")
+    def __init__(self, session: Session, threads: int = 1):
+        self.strategy, self.sp, self.references = session.strategy, session.sp, session.corpus.references
+        if self.strategy.needs_reference and self.references is None:
+            raise SettingsError(f"{self.strategy.name} needs the references (--reference)")
+        self.empty = {line - 1 for line in session.corpus.empty_lines}
+        self.backend = build_backend(session, threads)
 
-    def decode_batch(self, ids: list[int]) -> list[tuple[int, str]]:
-        """(sentence id, pieces of the kept hypothesis) for each sentence of one fairseq batch."""
-        sample = self.dataset.collater([self.dataset[i] for i in ids])
-        if self.device != "cpu":
-            from fairseq import utils
-            sample = utils.move_to_cuda(sample, device=self.device)
-        hypos = self.teacher.task.inference_step(self.generator, self.teacher.models, sample)
-        sentence_ids = sample["id"].tolist()
-        if not self.strategy.needs_reference:
-            return list(zip(sentence_ids, token_strings(self.teacher.tgt_dict, [nbest[0]["tokens"].cpu()
-                                                                                for nbest in hypos])))
-        out = []
-        for sentence_id, nbest in zip(sentence_ids, hypos):
-            candidates = token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for h in nbest])
-            texts = self.sp.decode([c.split() for c in candidates])
-            out.append((sentence_id, candidates[self.strategy.choose(texts, self.references[sentence_id])]))
+    def decode_batch(self, ids: list[int]) -> list[tuple[int, str, float | None]]:
+        """(sentence id, pieces of the kept hypothesis, its teacher log-probability per token) for each sentence
+        of one batch; an empty source gets an empty target and no log-probability."""
+        out = [(i, "", None) for i in ids if i in self.empty]
+        decoded = self.backend.decode([i for i in ids if i not in self.empty]) if len(out) < len(ids) else []
+        for sentence_id, nbest in decoded:
+            best = nbest[0]
+            if self.strategy.needs_reference:
+                texts = self.sp.decode([h.pieces.split() for h in nbest])
+                best = nbest[self.strategy.choose(texts, self.references[sentence_id])]
+            out.append((sentence_id, best.pieces, best.log_prob))
         return out
 
     def decode_chunk(self, batches: list[list[int]]) -> dict:
         """The chunk's sentences in id order: pieces and text; with references, the chunk's summed BLEU/chrF
         statistics (see scores)."""
         start = time.perf_counter()
-        results = sorted(pair for batch in batches for pair in self.decode_batch(batch))
-        chunk = {"ids": [i for i, _ in results], "pieces": [p for _, p in results]}
+        results = sorted(row for batch in batches for row in self.decode_batch(batch))
+        chunk = {"ids": [i for i, _, _ in results], "pieces": [p for _, p, _ in results],
+                 "log_probs": [lp for _, _, lp in results]}
         chunk["text"] = self.sp.decode([p.split() for p in chunk["pieces"]])
         if self.references is not None:
             chunk["statistics"] = statistics(chunk["text"], [self.references[i] for i in chunk["ids"]])
@@ -202,7 +203,7 @@ def _worker_init(cfg: DistillConfig, threads: int) -> None:
     torch.set_num_threads(threads)
     reuse_freed_memory()
     logging.disable(logging.WARNING)  # fairseq's loading chatter, once per worker
-    _WORKER["decoder"] = Session(cfg).decoder()
+    _WORKER["decoder"] = Session(cfg).decoder(threads)
 
 
 def _worker_decode(job):
@@ -225,7 +226,7 @@ def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[in
 
             torch.set_num_threads(threads)
             reuse_freed_memory()
-            decoder = session.decoder()
+            decoder = session.decoder(threads)
             for index, batches in jobs:
                 result = decoder.decode_chunk(batches)
                 store.save(index, result)
