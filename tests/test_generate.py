@@ -98,13 +98,15 @@ def test_every_strategy_writes_line_aligned_output(runs, corpus, name):
     out = runs[name]
     assert lines(out / "valid.en") == lines(corpus / "src.en")  # the source, copied as is
     assert len(lines(out / "valid.de")) == N_LINES and len(lines(out / "spm" / "valid.de")) == N_LINES
-    for lang in ("en", "de"):
+    assert [i + 1 for i, line in enumerate(lines(out / "spm" / "valid.de")) if not line] == [EMPTY_LINE]
+    for lang in ("en", "de"):  # the empty source's pair is left out of bin/
         dataset = data_utils.load_indexed_dataset(str(out / "bin" / f"valid.en-de.{lang}"),
                                                   Dictionary.load(str(out / "bin" / f"dict.{lang}.txt")))
-        assert len(dataset) == N_LINES
+        assert len(dataset) == N_LINES - 1
     meta = json.loads((out / "meta.json").read_text())
     assert meta["strategy"] == name and meta["name"] == name and meta["sentences"] == N_LINES
     assert meta["empty_source_lines"] == [EMPTY_LINE] and meta["truncated_source_lines"] == [LONG_LINE]
+    assert meta["files"]["binarized_left_out_lines"] == [EMPTY_LINE] and meta["backend"]["name"] == "fairseq"
     assert {"bleu", "chrf", "mean_length_ratio"} <= set(meta["scores"])
     assert meta["timing"]["sentences_per_second"] > 0
 

@@ -17,8 +17,9 @@ Sharding: --num-shards N --shard-id K (or torchrun's RANK/WORLD_SIZE); the last 
 or run the same command with --merge.
 
 Recorded, documented behaviour for odd input: sources longer than the teacher's maximum positions are
-decoded truncated (meta.json: truncated_source_lines); empty source lines are decoded as they are (an
-EOS-only source; meta.json: empty_source_lines). Invalid UTF-8, line-count mismatches, missing or
+decoded truncated (meta.json: truncated_source_lines); empty source lines are not decoded: they get an
+empty target, are listed in meta.json (empty_source_lines) and left out of bin/ unless --keep-empty-lines.
+Invalid UTF-8, line-count mismatches, missing or
 unreadable checkpoints and dictionaries that do not match the teacher are errors (exit status 2).
 """
 from __future__ import annotations
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     backend.add_argument("--ct2-cache", metavar="DIR", help="ctranslate2: folder of converted teachers, keyed "
                          "by content hash (default: .ctranslate2-cache beside --out)")
     run.add_argument("--no-progress-bar", action="store_true")
+    run.add_argument("--keep-empty-lines", action="store_true",
+                     help="keep the pairs of empty source lines in bin/ (an empty source and target); by default "
+                          "they are only in the text files, with an empty target, and listed in meta.json")
     return p
 
 
@@ -128,7 +132,8 @@ def config_from_args(args):
         max_tokens=args.max_tokens, max_sentences=args.max_sentences, chunk_sentences=args.chunk_sentences,
         num_shards=args.num_shards, shard_id=args.shard_id, merge_only=args.merge, workers=args.workers,
         threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar, backend=args.backend,
-        compute_type=args.compute_type, fp16=args.fp16, ct2_cache=args.ct2_cache)
+        compute_type=args.compute_type, fp16=args.fp16, ct2_cache=args.ct2_cache,
+        keep_empty_lines=args.keep_empty_lines)
 
 
 def main(argv=None) -> int:

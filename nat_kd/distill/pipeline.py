@@ -53,6 +53,7 @@ class DistillConfig:
     compute_type: str = "float32"  # ctranslate2: float32, int8, int8_float32; on a GPU also float16, bfloat16
     fp16: bool = False  # fairseq on a GPU: the teacher in half precision
     ct2_cache: str | None = None  # ctranslate2: converted teachers (default: OUT/../.ctranslate2-cache)
+    keep_empty_lines: bool = False  # bin/ keeps the (empty, empty) pairs of empty sources too
 
     def check(self) -> None:
         """Options that do not fit together."""
@@ -92,6 +93,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
                             "and rerun")
     source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     out = DistilledSet(out_dir)
+    bin_left_out = [] if cfg.keep_empty_lines else corpus.empty_lines
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
@@ -108,13 +110,15 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
         "files": {"source": out.text(cfg.split, teacher.source_lang).name,
                   "target": out.text(cfg.split, teacher.target_lang).name,
-                  "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/"},
+                  "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/",
+                  # empty sources have an empty target in the text files, and no pair in bin/ by default
+                  "binarized_sentences": len(corpus) - len(bin_left_out), "binarized_left_out_lines": bin_left_out},
     }
     write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
                  source_text=corpus.source_text, source_tokens=corpus.source_tokens,
                  source_pieces=source_pieces, target_pieces=pieces,
                  target_text=target_text, dict_dir=teacher.dict_dir, meta=meta,
-                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None)
+                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None, bin_left_out=bin_left_out)
     # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
     meta["timing"]["wall_seconds"] = round(time.perf_counter() - started, 3)
     atomic.write_json(out.meta_file, meta)
@@ -135,6 +139,8 @@ def distill(cfg: DistillConfig) -> DistillResult:
     workers, threads = parallelism(cfg, device)
     num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
     session = Session(cfg, device)
+    backend = backend_class(cfg.backend)
+    backend.check(session)
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
     fingerprint = session.fingerprint()
@@ -150,7 +156,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
     decoded, decode_wall = 0, 0.0
     if not cfg.merge_only:
-        backend_class(cfg.backend).prepare(session)
+        backend.prepare(session)
         pending = [i for i in shard_chunks(len(chunks), shard_id, num_shards) if not store.is_done(i)]
         logger.info("%s: %d chunks, %d to decode in %s (%d worker(s) x %d thread(s) on %s)", out_dir,
                     len(chunks), len(pending), label, workers, threads, device)

@@ -1,7 +1,7 @@
 """The input of a distillation: source token ids in the teacher's dictionary, the source text, the references.
 
 Either raw text (encoded here with the sentencepiece model) or a fairseq-binarized split. Long sources are
-truncated to the teacher's maximum positions and empty sources decoded as they are; both are recorded
+truncated to the teacher's maximum positions; empty sources are not decoded (an empty target); both are recorded
 (1-based line numbers) rather than dropped, so the output always has one line per input line.
 """
 from __future__ import annotations

@@ -127,7 +127,8 @@ class Session:
                 "backend": backend_class(cfg.backend).describe(cfg),
                 "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
-                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, "spm_model": sha256_file(cfg.spm_model)}
+                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, "spm_model": sha256_file(cfg.spm_model),
+                "keep_empty_lines": cfg.keep_empty_lines}
         return self._fingerprint
 
     def decoder(self, threads: int = 1) -> ChunkDecoder:

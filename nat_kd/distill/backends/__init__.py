@@ -6,7 +6,8 @@
                  about twice as fast on the CPU, for single transformer checkpoints
 
 Each backend class has ``describe(cfg)`` (meta.json's ``backend``, part of the run's fingerprint),
-``prepare(session)`` (run once in the main process before the workers start) and ``decode(ids)``.
+``check(session)`` (refuses what it cannot decode, before anything is written), ``prepare(session)`` (run
+once in the main process before the workers start) and ``decode(ids)``.
 Both take the same batches (the chunk plan) and return, per sentence, ``Hypothesis`` objects best first;
 ``workers.ChunkDecoder`` picks one (the strategy's rule) and detokenizes it. A backend never detokenizes.
 """

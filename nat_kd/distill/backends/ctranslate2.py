@@ -47,7 +47,7 @@ def cache_dir(cfg: DistillConfig) -> Path:
     return Path(cfg.ct2_cache) if cfg.ct2_cache else Path(cfg.out_dir).resolve().parent / ".ctranslate2-cache"
 
 
-def check_supported(session: Session) -> None:
+def check(session: Session) -> None:
     """Refuse, before converting anything, what this backend cannot decode as the fairseq backend would."""
     from fairseq.models.transformer import TransformerModel
 
@@ -81,7 +81,7 @@ def converted_model(session: Session) -> Path:
 
     import fairseq_plugins
 
-    check_supported(session)
+    check(session)
     teacher = session.teacher
     key = sha256_json({"teacher": sha256_file(teacher.paths[0]),
                        "dictionaries": [sha256_file(teacher.dict_dir / f"dict.{lang}.txt")
@@ -158,6 +158,8 @@ class CTranslate2Backend:
         return ctranslate2.Translator(str(self.model_dir), device=self.device, device_index=self.device_index,
                                       compute_type=self.compute_type, inter_threads=1, intra_threads=self.threads,
                                       files=files)
+
+    check = staticmethod(check)
 
     @staticmethod
     def prepare(session: Session) -> None:

@@ -23,6 +23,10 @@ class FairseqBackend:
         self.generator = session.strategy.build_generator(self.teacher.models, self.teacher.tgt_dict)
 
     @staticmethod
+    def check(session: Session) -> None:
+        """Any fairseq model decodes here."""
+
+    @staticmethod
     def prepare(session: Session) -> None:
         """Nothing to prepare: every worker loads the checkpoint itself."""
 

@@ -1,0 +1,120 @@
+"""The ctranslate2 backend of nat_kd.generate_distilled on the micro teacher, against the fairseq backend."""
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT
+from nat_kd.distill import DistillConfig, distill
+from nat_kd.distill.decoding import DecodingSettings
+from nat_kd.errors import SettingsError
+from test_generate import EMPTY_LINE, N_LINES, cli, config, corpus, lines, output_bytes, teacher  # noqa: F401
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+
+def ct2(teacher, tiny_en_de, corpus, out, cache, **kw):  # noqa: F811
+    return config(teacher, tiny_en_de, corpus, out, backend="ctranslate2", ct2_cache=str(cache), **kw)
+
+
+def teacher_scores(session, pairs, lenpen: float) -> list[float]:
+    """fairseq's beam score of each (sentence id, pieces): the teacher-forced log-probability of the pieces and
+    EOS, divided by their number ** lenpen (what SequenceGenerator ranks hypotheses by)."""
+    teacher, tgt = session.teacher, session.teacher.tgt_dict
+    out = []
+    for sentence_id, pieces in pairs:
+        src = session.corpus.source_tokens[sentence_id].unsqueeze(0)
+        target = tgt.encode_line(pieces, add_if_not_exist=False, append_eos=True).long().unsqueeze(0)
+        previous = torch.cat([target.new_full((1, 1), tgt.eos()), target[:, :-1]], dim=1)
+        log_probs = teacher.log_probs(src, torch.tensor([src.size(1)]), previous)
+        out.append(log_probs.gather(-1, target.unsqueeze(-1)).sum().item() / target.size(1) ** lenpen)
+    return out
+
+
+@pytest.mark.parametrize("strategy, beam", [("beam", 4), ("greedy", 1)])
+def test_hypotheses_equal_fairseqs_or_tie(teacher, tiny_en_de, tmp_path, strategy, beam):  # noqa: F811
+    """The whole valid split (1014 sentences): every hypothesis is the fairseq backend's, or the two differ where
+    fairseq scores both the same within 1e-5 (printed: run pytest -s to see them)."""
+    from nat_kd.distill.workers import Session
+
+    outs = {}
+    for backend in ("fairseq", "ctranslate2"):
+        cfg = DistillConfig(teachers=[str(teacher)], out_dir=str(tmp_path / backend), split="valid",
+                            spm_model=str(tiny_en_de / "spm.model"), data_dir=str(tiny_en_de / "bin"),
+                            decoding=DecodingSettings(strategy=strategy, beam=beam, max_len_b=20), max_tokens=300,
+                            workers=1, threads=1, progress_bar=False, backend=backend, ct2_cache=str(tmp_path / "c"))
+        outs[backend] = lines(distill(cfg).out_dir / "spm" / "valid.de")
+    theirs, ours = outs["fairseq"], outs["ctranslate2"]
+    assert len(ours) == len(theirs) == 1014
+    differing = [i for i in range(len(ours)) if ours[i] != theirs[i]]
+    session = Session(cfg)
+    fairseq_best = teacher_scores(session, [(i, theirs[i]) for i in differing], 1.0)
+    ct2_best = teacher_scores(session, [(i, ours[i]) for i in differing], 1.0)
+    print(f"\n{strategy}: {len(differing)} of {len(ours)} hypotheses differ")
+    for i, a, b in zip(differing, fairseq_best, ct2_best):
+        print(f"  line {i + 1}: fairseq {a:.7f} {theirs[i]!r}\n  {' ' * len(str(i + 1))}       ctranslate2 {b:.7f} "
+              f"{ours[i]!r}")
+    assert all(abs(a - b) <= 1e-5 for a, b in zip(fairseq_best, ct2_best))
+    assert len(differing) <= len(ours) // 100
+
+
+def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
+    """topk: sampled, so it also shows that per-batch seeding survives a kill, a new process and resumption."""
+    settings = dict(strategy="topk", max_tokens=1100, max_sentences=6, chunk_sentences=6)
+    whole = distill(ct2(teacher, tiny_en_de, corpus, tmp_path / "whole", tmp_path / "c", **settings)).out_dir
+    out = tmp_path / "killed"
+    command = cli(teacher, tiny_en_de, corpus, out, "--strategy", "topk", "--max-tokens", "1100",
+                  "--max-sentences", "6", "--chunk-sentences", "6", "--backend", "ctranslate2",
+                  "--ct2-cache", str(tmp_path / "c"))
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    partial = tmp_path / "killed.partial"
+    deadline = time.time() + 120
+    while not list(partial.glob("chunk-*.json")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    saved = len(list(partial.glob("chunk-*.json")))
+    n_chunks = len(json.loads((partial / "plan.json").read_text())["chunks"])
+    assert 0 < saved < n_chunks and not out.exists()  # really killed mid-run, nothing half-written
+    assert subprocess.run(command, cwd=ROOT).returncode == 0
+    assert output_bytes(out) == output_bytes(whole)
+
+
+def test_conversion_is_cached_and_reused(teacher, tiny_en_de, corpus, tmp_path, monkeypatch):  # noqa: F811
+    from ctranslate2.converters import FairseqConverter
+
+    conversions = []
+    convert = FairseqConverter.convert
+    monkeypatch.setattr(FairseqConverter, "convert", lambda self, *a, **k: conversions.append(1) or convert(self, *a, **k))
+    first = distill(ct2(teacher, tiny_en_de, corpus, tmp_path / "a", tmp_path / "c", strategy="greedy"))
+    models = [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
+    assert conversions == [1] and len(models) == 1 and (models[0] / "model.bin").is_file()
+    written = (models[0] / "model.bin").stat().st_mtime_ns
+    second = distill(ct2(teacher, tiny_en_de, corpus, tmp_path / "b", tmp_path / "c", strategy="beam", beam=3))
+    assert conversions == [1] and (models[0] / "model.bin").stat().st_mtime_ns == written
+    assert [p for p in (tmp_path / "c").iterdir() if p.is_dir()] == models
+    assert first.meta["backend"] == {"name": "ctranslate2", "ctranslate2_version": ctranslate2.__version__,
+                                     "compute_type": "float32"}
+    assert second.meta["sentences"] == N_LINES
+    # by default the cache is beside the output folder
+    distill(config(teacher, tiny_en_de, corpus, tmp_path / "d" / "o", strategy="greedy", backend="ctranslate2"))
+    assert conversions == [1, 1] and list((tmp_path / "d" / ".ctranslate2-cache").glob("*/model.bin"))
+
+
+def test_ensemble_and_other_options_are_refused_with_the_fix(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
+    cfg = ct2(teacher, tiny_en_de, corpus, tmp_path / "e", tmp_path / "c", strategy="greedy")
+    cfg.teachers = [str(teacher), str(teacher)]
+    with pytest.raises(SettingsError, match=r"not an ensemble of 2 .*--backend fairseq"):
+        distill(cfg)
+    with pytest.raises(SettingsError, match=r"--max-len-a 0 or --backend fairseq"):
+        distill(ct2(teacher, tiny_en_de, corpus, tmp_path / "a", tmp_path / "c", max_len_a=1.0))
+    with pytest.raises(SettingsError, match=r"--compute-type float16: this machine's cpu supports"):
+        distill(ct2(teacher, tiny_en_de, corpus, tmp_path / "h", tmp_path / "c", compute_type="float16", device="cpu"))
+    with pytest.raises(SettingsError, match=r"--compute-type int8 is for --backend ctranslate2"):
+        distill(config(teacher, tiny_en_de, corpus, tmp_path / "f", compute_type="int8"))
+    with pytest.raises(SettingsError, match=r"use --compute-type float16"):
+        distill(ct2(teacher, tiny_en_de, corpus, tmp_path / "g", tmp_path / "c", fp16=True))
+    assert not any((tmp_path / name).exists() for name in "eahfg") and not (tmp_path / "c").exists()
