@@ -34,31 +34,46 @@ def teacher_scores(session, pairs, lenpen: float) -> list[float]:
     return out
 
 
+MAX_LEN = 20
+
+
 @pytest.mark.parametrize("strategy, beam", [("beam", 4), ("greedy", 1)])
 def test_hypotheses_equal_fairseqs_or_tie(teacher, tiny_en_de, tmp_path, strategy, beam):  # noqa: F811
-    """The whole valid split (1014 sentences): every hypothesis is the fairseq backend's, or the two differ where
-    fairseq scores both the same within 1e-5 (printed: run pytest -s to see them)."""
+    """The whole valid split (1014 sentences) against the fairseq backend. Hypotheses that end before the
+    length limit are the same, or differ where fairseq scores the two the same within 1e-5. At the limit the
+    engines differ by design (docs/generate_distilled.md): fairseq forces EOS after MAX_LEN tokens and ranks
+    the beam with its probability, CTranslate2 stops after MAX_LEN tokens without it; the half-trained micro
+    teacher runs into the limit often. Both kinds are counted and printed (pytest -s)."""
     from nat_kd.distill.workers import Session
 
     outs = {}
     for backend in ("fairseq", "ctranslate2"):
         cfg = DistillConfig(teachers=[str(teacher)], out_dir=str(tmp_path / backend), split="valid",
                             spm_model=str(tiny_en_de / "spm.model"), data_dir=str(tiny_en_de / "bin"),
-                            decoding=DecodingSettings(strategy=strategy, beam=beam, max_len_b=20), max_tokens=300,
-                            workers=1, threads=1, progress_bar=False, backend=backend, ct2_cache=str(tmp_path / "c"))
+                            decoding=DecodingSettings(strategy=strategy, beam=beam, max_len_b=MAX_LEN),
+                            max_tokens=300, workers=1, threads=1, progress_bar=False, backend=backend,
+                            ct2_cache=str(tmp_path / "c"))
         outs[backend] = lines(distill(cfg).out_dir / "spm" / "valid.de")
     theirs, ours = outs["fairseq"], outs["ctranslate2"]
     assert len(ours) == len(theirs) == 1014
-    differing = [i for i in range(len(ours)) if ours[i] != theirs[i]]
+    at_limit = [i for i in range(len(ours)) if MAX_LEN in (len(ours[i].split()), len(theirs[i].split()))]
+    differing = [i for i in range(len(ours)) if ours[i] != theirs[i] and i not in at_limit]
+    differing_at_limit = [i for i in at_limit if ours[i] != theirs[i]]
     session = Session(cfg)
     fairseq_best = teacher_scores(session, [(i, theirs[i]) for i in differing], 1.0)
     ct2_best = teacher_scores(session, [(i, ours[i]) for i in differing], 1.0)
-    print(f"\n{strategy}: {len(differing)} of {len(ours)} hypotheses differ")
+    print(f"\n{strategy}: {len(ours) - len(at_limit)} hypotheses end before the length limit, {len(differing)} of "
+          f"them differ; {len(at_limit)} reach it, {len(differing_at_limit)} of them differ")
     for i, a, b in zip(differing, fairseq_best, ct2_best):
-        print(f"  line {i + 1}: fairseq {a:.7f} {theirs[i]!r}\n  {' ' * len(str(i + 1))}       ctranslate2 {b:.7f} "
-              f"{ours[i]!r}")
+        print(f"  line {i + 1}: fairseq {a:.7f} {theirs[i]!r}\n  ctranslate2 {b:.7f} {ours[i]!r}")
+    for i in differing_at_limit[:3]:
+        print(f"  at the limit, line {i + 1}: fairseq {theirs[i]!r}\n  ctranslate2 {ours[i]!r}")
     assert all(abs(a - b) <= 1e-5 for a, b in zip(fairseq_best, ct2_best))
-    assert len(differing) <= len(ours) // 100
+    if strategy == "greedy":  # the same argmax, token by token, up to the limit (the micro teacher always reaches it)
+        assert ours == theirs
+    else:
+        assert len(ours) - len(at_limit) > 300  # enough sentences end on their own to mean something
+        assert all(len(ours[i].split()) == MAX_LEN for i in differing_at_limit)  # CTranslate2 stopped at the limit
 
 
 def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
