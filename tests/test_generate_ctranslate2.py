@@ -133,3 +133,15 @@ def test_ensemble_and_other_options_are_refused_with_the_fix(teacher, tiny_en_de
     with pytest.raises(SettingsError, match=r"use --compute-type float16"):
         distill(ct2(teacher, tiny_en_de, corpus, tmp_path / "g", tmp_path / "c", fp16=True))
     assert not any((tmp_path / name).exists() for name in "eahfg") and not (tmp_path / "c").exists()
+
+
+def test_check_against_fairseq_is_recorded(teacher, tiny_en_de, corpus, tmp_path, capsys):  # noqa: F811
+    from nat_kd.generate_distilled import main
+
+    code = main(cli(teacher, tiny_en_de, corpus, tmp_path / "o", "--strategy", "greedy", "--backend", "ctranslate2",
+                    "--ct2-cache", str(tmp_path / "c"), "--check-against-fairseq", "20")[3:])
+    assert code == 0
+    check = json.loads((tmp_path / "o" / "meta.json").read_text())["check_against_fairseq"]
+    # greedy: the same argmax token by token (test_hypotheses_equal_fairseqs_or_tie), so the BLEU is the same too
+    assert check["sentences"] == 20 and check["identical"] == 20 and check["bleu_difference"] == 0
+    assert "against the fairseq backend on 20 sentences: 20 identical hypotheses (100.00%)" in capsys.readouterr().out

@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     backend.add_argument("--compute-type", default="float32",
                          help="ctranslate2: float32 (default), int8, int8_float32; on a GPU also float16, bfloat16")
     backend.add_argument("--fp16", action="store_true", help="fairseq on a GPU: the teacher in half precision")
+    backend.add_argument("--check-against-fairseq", type=int, default=0, metavar="N",
+                         help="ctranslate2: before writing the set, decode N sentences (spread over the corpus) "
+                              "with the fairseq backend too; prints and records (meta.json) the share of identical "
+                              "hypotheses and the BLEU difference")
     backend.add_argument("--ct2-cache", metavar="DIR", help="ctranslate2: folder of converted teachers, keyed "
                          "by content hash (default: .ctranslate2-cache beside --out)")
     run.add_argument("--no-progress-bar", action="store_true")
@@ -133,7 +137,7 @@ def config_from_args(args):
         num_shards=args.num_shards, shard_id=args.shard_id, merge_only=args.merge, workers=args.workers,
         threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar, backend=args.backend,
         compute_type=args.compute_type, fp16=args.fp16, ct2_cache=args.ct2_cache,
-        keep_empty_lines=args.keep_empty_lines)
+        keep_empty_lines=args.keep_empty_lines, check_against_fairseq=args.check_against_fairseq)
 
 
 def main(argv=None) -> int:
@@ -148,6 +152,11 @@ def main(argv=None) -> int:
             scores = result.meta.get("scores", {})
             print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {result.meta['strategy']}"
                   + (f", BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} vs reference" if scores else ""))
+            check = result.meta.get("check_against_fairseq")
+            if check:
+                print(f"against the fairseq backend on {check['sentences']} sentences: {check['identical']} identical "
+                      f"hypotheses ({100 * check['identical_share']:.2f}%)"
+                      + (f", BLEU {check['bleu_difference']:+.2f}" if "bleu_difference" in check else ""))
         return 0
 
     return cli.run(body)

@@ -16,6 +16,7 @@ from nat_kd import __version__, atomic
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
 
+from .agreement import check_against_fairseq
 from .backends import backend_class
 from .decoding import DecodingSettings
 from .output import write_output
@@ -54,12 +55,16 @@ class DistillConfig:
     fp16: bool = False  # fairseq on a GPU: the teacher in half precision
     ct2_cache: str | None = None  # ctranslate2: converted teachers (default: OUT/../.ctranslate2-cache)
     keep_empty_lines: bool = False  # bin/ keeps the (empty, empty) pairs of empty sources too
+    check_against_fairseq: int = 0  # at the merge: decode this many sentences with the fairseq backend too
 
     def check(self) -> None:
         """Options that do not fit together."""
         if self.backend != "ctranslate2" and self.compute_type != "float32":
             raise SettingsError(f"--compute-type {self.compute_type} is for --backend ctranslate2; the fairseq "
                                 "backend takes --fp16 (on a GPU)")
+        if self.check_against_fairseq and self.backend == "fairseq":
+            raise SettingsError("--check-against-fairseq compares another backend with fairseq: add --backend "
+                                "ctranslate2")
         if self.backend != "fairseq" and self.fp16:
             raise SettingsError("--fp16 is for the fairseq backend; with --backend ctranslate2 use --compute-type "
                                 "float16 (or bfloat16) on a GPU")
@@ -72,7 +77,8 @@ class DistillResult:
     meta: dict | None = None
 
 
-def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float) -> dict:
+def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float,
+           agreement: dict | None) -> dict:
     cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
     store.check_complete(len(chunks), num_shards)
     out_dir = Path(cfg.out_dir)
@@ -106,6 +112,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "batching": {"max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                      "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
                      "required_batch_size_multiple": 1, "num_shards": num_shards},
+        **({"check_against_fairseq": agreement} if agreement else {}),
         "fingerprint": session.fingerprint(), "nat_kd_version": __version__,
         "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
         "files": {"source": out.text(cfg.split, teacher.source_lang).name,
@@ -177,6 +184,8 @@ def distill(cfg: DistillConfig) -> DistillResult:
                       "sentences_decoded_this_run": decoded,
                       "sentences_per_second": round(decoded / decode_wall, 2) if decode_wall > 0 else None,
                       "workers": workers, "threads_per_worker": threads, "device": device}
-            done = _merge(session, store, chunks, num_shards, timing, started)
+            agreement = (check_against_fairseq(session, cfg.check_against_fairseq, workers * threads)
+                         if cfg.check_against_fairseq else None)
+            done = _merge(session, store, chunks, num_shards, timing, started, agreement)
     store.remove()
     return DistillResult(out_dir, True, done)

@@ -140,12 +140,12 @@ class ChunkDecoder:
     hypothesis per sentence (the strategy's rule) and detokenizes. Empty sources are not decoded: their
     target is empty."""
 
-    def __init__(self, session: Session, threads: int = 1):
+    def __init__(self, session: Session, threads: int = 1, backend=None):
         self.strategy, self.sp, self.references = session.strategy, session.sp, session.corpus.references
         if self.strategy.needs_reference and self.references is None:
             raise SettingsError(f"{self.strategy.name} needs the references (--reference)")
         self.empty = {line - 1 for line in session.corpus.empty_lines}
-        self.backend = build_backend(session, threads)
+        self.backend = backend or build_backend(session, threads)
 
     def decode_batch(self, ids: list[int]) -> list[tuple[int, str, float | None]]:
         """(sentence id, pieces of the kept hypothesis, its teacher log-probability per token) for each sentence
