@@ -63,10 +63,47 @@ def subset(prepared: PreparedCorpus, split: str, limit: int, work: Path, src: st
     return work / "bin"
 
 
+CONVERT = """import sys
+from fairseq_plugins.teacher import TeacherEnsemble
+from nat_kd.distill.backends.ctranslate2 import converted_model
+converted_model(TeacherEnsemble.load([sys.argv[1]], sys.argv[2]), sys.argv[3])
+"""
+
+
 def bleu(hypotheses: list[str], references: list[str]) -> float:
     import sacrebleu
 
     return sacrebleu.corpus_bleu(hypotheses, [references]).score
+
+
+def agreement(work: Path, runners, split: str, tgt: str, prepared: PreparedCorpus, raw_split: str):
+    """Print (and return) each decoder's identical share against fairseq-generate and the fairseq backend, and
+    BLEU against the reference, from the first round's outputs."""
+    import sentencepiece as spm
+
+    ref = hypotheses(work / "fairseq-generate.0.log")
+    pieces = {name: DistilledSet(work / f"{name}.0").pieces(split, tgt).read_text(encoding="utf-8").splitlines()
+              for name in runners if name != "fairseq-generate"}
+    n = len(pieces["nat_kd"])
+    sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
+    references = prepared.raw(raw_split, tgt).read_text(encoding="utf-8").splitlines()[:n]
+    scores = {"fairseq-generate": bleu(sp.decode([ref.get(i, "").split() for i in range(n)]), references)}
+    for name in pieces:
+        scores[name] = bleu(DistilledSet(work / f"{name}.0").text(split, tgt).read_text(encoding="utf-8")
+                            .splitlines(), references)
+    print(f"fairseq-generate: returned {len(ref)} of {n}; BLEU {scores['fairseq-generate']:.2f}")
+    for name in pieces:
+        differing = [i for i in range(n) if ref.get(i) != pieces[name][i]]
+        same_as_ours = sum(a == b for a, b in zip(pieces[name], pieces["nat_kd"]))
+        meta = DistilledSet(work / f"{name}.0").meta()
+        print(f"{name}: hypotheses identical to fairseq-generate: {n - len(differing)}/{n} "
+              f"({100 * (n - len(differing)) / n:.2f}%)" + (f" (differ at ids {differing[:10]})" if differing else "")
+              + ("" if name == "nat_kd" else f"; to the fairseq backend: {same_as_ours}/{n} "
+                 f"({100 * same_as_ours / n:.2f}%)")
+              + f"; BLEU {scores[name]:.2f} ({scores[name] - scores['nat_kd']:+.2f} vs the fairseq backend); "
+              f"{meta['sentences']} lines; decode-only {meta['timing']['sentences_per_second']} sent/s with "
+              f"{meta['timing']['workers']} worker(s) x {meta['timing']['threads_per_worker']} thread(s)", flush=True)
+    return ref, pieces, scores
 
 
 def main() -> None:
@@ -115,10 +152,10 @@ def main() -> None:
                       "--workers", str(args.ct2_workers), "--threads", str(args.ct2_threads)]
         if args.ct2_max_tokens:
             ct2 += ["--max-tokens", str(args.ct2_max_tokens)]
-        # the one-time conversion, outside the timed runs (a few sentences decoded, then discarded)
-        seconds = run(ct2 + ["--out", str(work / "convert"), "--max-sentences", "1"], work / "convert.log")
-        shutil.rmtree(work / "convert")
-        print(f"ctranslate2 conversion (and one start-up): {seconds:.1f} s, cached in {cache}", flush=True)
+        # the one-time conversion, outside the timed runs
+        seconds = run([sys.executable, "-c", CONVERT, args.teacher, str(prepared.bin.root), str(cache)],
+                      work / "convert.log")
+        print(f"ctranslate2 conversion (and start-up): {seconds:.1f} s, cached in {cache}", flush=True)
         for compute_type in args.compute_type:
             runners[f"ct2-{compute_type}"] = ct2 + ["--compute-type", compute_type]
 
@@ -131,19 +168,9 @@ def main() -> None:
                                    log))
         print(f"round {r}: " + ", ".join(f"{name} {t[-1]:.1f} s" for name, t in times.items())
               + f" (1-min load average before: {load:.2f})", flush=True)
-
-    ref = hypotheses(work / "fairseq-generate.0.log")
-    pieces = {name: DistilledSet(work / f"{name}.0").pieces(split, tgt).read_text(encoding="utf-8").splitlines()
-              for name in runners if name != "fairseq-generate"}
+        if r == 0:  # what the decoders wrote, as soon as there is one of each
+            ref, pieces, scores = agreement(work, runners, split, tgt, prepared, args.split)
     n = len(pieces["nat_kd"])
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
-    references = prepared.raw(args.split, tgt).read_text(encoding="utf-8").splitlines()[:n]
-    scores = {"fairseq-generate": bleu(sp.decode([ref.get(i, "").split() for i in range(n)]), references)}
-    for name in pieces:
-        scores[name] = bleu(DistilledSet(work / f"{name}.0").text(split, tgt).read_text(encoding="utf-8")
-                            .splitlines(), references)
     best = {k: min(v) for k, v in times.items()}
     mean = {k: sum(v) / len(v) for k, v in times.items()}
     print(f"\nsentences: {n}; cores: {os.cpu_count()}; load average now: {os.getloadavg()}")
@@ -153,24 +180,13 @@ def main() -> None:
     for name in runners:
         if name == "fairseq-generate":
             continue
-        differing = [i for i in range(n) if ref.get(i) != pieces[name][i]]
-        same_as_ours = sum(a == b for a, b in zip(pieces[name], pieces["nat_kd"]))
         same_across_repeats = all(DistilledSet(work / f"{name}.{r}").text(split, tgt).read_bytes()
                                   == DistilledSet(work / f"{name}.0").text(split, tgt).read_bytes()
                                   for r in range(args.repeats))
         print(f"{name}: speed vs fairseq-generate best {best['fairseq-generate'] / best[name]:.2f}x, mean "
               f"{mean['fairseq-generate'] / mean[name]:.2f}x"
               + ("" if name == "nat_kd" else f"; vs the fairseq backend best {best['nat_kd'] / best[name]:.2f}x, "
-                 f"mean {mean['nat_kd'] / mean[name]:.2f}x"))
-        print(f"  hypotheses identical to fairseq-generate: {n - len(differing)}/{n} "
-              f"({100 * (n - len(differing)) / n:.2f}%)" + (f" (differ at ids {differing[:10]})" if differing else "")
-              + ("" if name == "nat_kd" else f"; to the fairseq backend: {same_as_ours}/{n} "
-                 f"({100 * same_as_ours / n:.2f}%)")
-              + f"; BLEU {scores[name]:.2f} ({scores[name] - scores['nat_kd']:+.2f} vs the fairseq backend); "
-              f"identical across repeats: {same_across_repeats}")
-        meta = DistilledSet(work / f"{name}.0").meta()
-        print(f"  {meta['sentences']} lines for {n} inputs; decode-only {meta['timing']['sentences_per_second']} "
-              f"sent/s with {meta['timing']['workers']} worker(s) x {meta['timing']['threads_per_worker']} thread(s)")
+                 f"mean {mean['nat_kd'] / mean[name]:.2f}x") + f"; identical across repeats: {same_across_repeats}")
     translated = re.search(r"Translated ([\d,]+) sentences .* in ([\d.]+)s \(([\d.]+) sentences/s",
                            (work / "fairseq-generate.0.log").read_text(encoding="utf-8"))
     if translated:

@@ -145,3 +145,64 @@ def test_check_against_fairseq_is_recorded(teacher, tiny_en_de, corpus, tmp_path
     # greedy: the same argmax token by token (test_hypotheses_equal_fairseqs_or_tie), so the BLEU is the same too
     assert check["sentences"] == 20 and check["identical"] == 20 and check["bleu_difference"] == 0
     assert "against the fairseq backend on 20 sentences: 20 identical hypotheses (100.00%)" in capsys.readouterr().out
+
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available() or ctranslate2.get_cuda_device_count() == 0,
+                                   reason="needs a CUDA GPU")
+
+
+@requires_cuda
+@pytest.mark.parametrize("backend, options, at_least", [
+    ("fairseq", {}, N_LINES - 2), ("fairseq", {"fp16": True}, N_LINES // 2),
+    ("ctranslate2", {"compute_type": "float32"}, N_LINES - 2), ("ctranslate2", {"compute_type": "float16"}, N_LINES // 2),
+    ("ctranslate2", {"compute_type": "bfloat16"}, N_LINES // 2)])
+def test_gpu_decodes_as_the_cpu_does(teacher, tiny_en_de, corpus, tmp_path, backend, options, at_least):  # noqa: F811
+    """Greedy on the GPU against the CPU: float32 the same up to rounding, half precision mostly the same."""
+    kw = dict(strategy="greedy", backend=backend, ct2_cache=str(tmp_path / "c"))
+    cpu = distill(config(teacher, tiny_en_de, corpus, tmp_path / "cpu", device="cpu", **kw))
+    gpu = distill(config(teacher, tiny_en_de, corpus, tmp_path / "gpu", device="cuda", **kw, **options))
+    assert gpu.meta["timing"]["device"].startswith("cuda") and gpu.meta["sentences"] == N_LINES
+    assert gpu.meta["backend"].get("fp16", False) == options.get("fp16", False)
+    assert gpu.meta["backend"].get("compute_type", "float32") == options.get("compute_type", "float32")
+    same = sum(a == b for a, b in zip(lines(cpu.out_dir / "valid.de"), lines(gpu.out_dir / "valid.de")))
+    assert same >= at_least, f"{same} of {N_LINES} the same"
+
+
+def test_fp16_needs_a_gpu(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
+    with pytest.raises(SettingsError, match=r"--fp16 .* add --device cuda"):
+        distill(config(teacher, tiny_en_de, corpus, tmp_path / "o", device="cpu", fp16=True))
+
+
+def test_sampling_is_reproducible_across_shards_and_workers_but_not_batchings(teacher, tiny_en_de, corpus,  # noqa: F811
+                                                                              tmp_path):
+    kw = dict(strategy="sampling", seed=3, max_sentences=8, chunk_sentences=8)
+    whole = distill(ct2(teacher, tiny_en_de, corpus, tmp_path / "whole", tmp_path / "c", **kw)).out_dir
+    out = tmp_path / "sharded"
+    assert not distill(ct2(teacher, tiny_en_de, corpus, out, tmp_path / "c", num_shards=2, shard_id=1, workers=2,
+                           **kw)).complete
+    assert distill(ct2(teacher, tiny_en_de, corpus, out, tmp_path / "c", num_shards=2, shard_id=0, **kw)).complete
+    assert output_bytes(out) == output_bytes(whole)
+    samples = lines(whole / "valid.de")
+    assert len(set(samples)) > N_LINES // 2  # really sampled
+    # other batches, other samples (documented: CTranslate2 has one random stream per batch, not per sentence)
+    other = distill(ct2(teacher, tiny_en_de, corpus, tmp_path / "other", tmp_path / "c",
+                        **{**kw, "max_sentences": 5})).out_dir
+    assert sum(a != b for a, b in zip(lines(other / "valid.de"), samples)) > N_LINES // 2
+    meta = json.loads((whole / "meta.json").read_text())
+    assert "another batching gives other samples" in meta["backend"]["sampling_reproducible"]
+
+
+def test_strategies_map_onto_ctranslate2s_options(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
+    import sacrebleu
+
+    def run(name, **kw):
+        return lines(distill(ct2(teacher, tiny_en_de, corpus, tmp_path / name, tmp_path / "c", **kw)).out_dir
+                     / "valid.de")
+
+    greedy = run("greedy", strategy="greedy")
+    assert run("top1", strategy="topk", top_k=1) == greedy  # sampling from the single best token is greedy
+    assert run("nucleus", strategy="topp", top_p=1e-6) == greedy  # so is a nucleus of the best token alone
+    refs, metric = lines(corpus / "ref.de"), sacrebleu.BLEU(effective_order=True)
+    beam = [metric.sentence_score(h, [r]).score for h, r in zip(run("beam", strategy="beam", beam=4), refs)]
+    inter = [metric.sentence_score(h, [r]).score for h, r in zip(run("inter", strategy="seq-inter", beam=4), refs)]
+    assert all(i >= b - 1e-9 for i, b in zip(inter, beam)) and sum(inter) > sum(beam)  # beam's best is a candidate

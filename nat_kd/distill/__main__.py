@@ -12,6 +12,8 @@ Corpus: --prepared DIR (nat_kd.prepare output: bin/, raw/, spm.model), or --data
 Output (written atomically): SPLIT.SRC (the source), SPLIT.TGT (the distilled targets, detokenized), both
 line-aligned with the input; spm/ (pieces); bin/ (fairseq-binarized with the teacher's dictionaries, ready
 for fairseq-train); meta.json (teacher, strategy, every setting, counts, BLEU/chrF vs reference, timing).
+Backend: --backend fairseq (default, the reference) or ctranslate2 (the teacher converted once into
+--ct2-cache, about twice as fast on a CPU; --compute-type float32/int8, float16/bfloat16 on a GPU).
 Progress is saved in OUT.partial/ chunk by chunk: rerun the same command after a crash to finish.
 Sharding: --num-shards N --shard-id K (or torchrun's RANK/WORLD_SIZE); the last shard to finish merges,
 or run the same command with --merge.

@@ -50,7 +50,9 @@ def parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
         return 1, cfg.threads or 1
     # under torchrun, the ranks on this machine share its cores
     cores = max(1, available_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    workers = cfg.workers or cores
+    # CTranslate2 parallelises one batch over its own threads better than over processes (measured on 2 cores,
+    # docs/generate_distilled.md); fairseq: one single-threaded process per core
+    workers = cfg.workers or (1 if cfg.backend == "ctranslate2" else cores)
     return workers, cfg.threads or max(1, cores // workers)
 
 

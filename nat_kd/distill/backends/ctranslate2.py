@@ -74,25 +74,23 @@ def check(session: Session) -> None:
                             f"{', '.join(supported)}")
 
 
-def converted_model(session: Session) -> Path:
-    """The teacher in CTranslate2's format, converted on first use and cached by content hash."""
+def converted_model(teacher, cache: Path) -> Path:
+    """The teacher (a single-checkpoint TeacherEnsemble) in CTranslate2's format, converted on first use into
+    ``cache``, keyed by content hash."""
     import ctranslate2
     from ctranslate2.converters import FairseqConverter
 
     import fairseq_plugins
 
-    check(session)
-    teacher = session.teacher
     key = sha256_json({"teacher": sha256_file(teacher.paths[0]),
                        "dictionaries": [sha256_file(teacher.dict_dir / f"dict.{lang}.txt")
                                         for lang in (teacher.source_lang, teacher.target_lang)],
                        "ctranslate2": ctranslate2.__version__})
-    cache = cache_dir(session.cfg)
-    final = cache / key[:32]
+    final = Path(cache) / key[:32]
     if (final / "model.bin").is_file():
         return final
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / f"{final.name}.lock", "w") as lock:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f"{final.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second process (another shard) waits for the first's conversion
         if not (final / "model.bin").is_file():
             logger.info("converting %s to CTranslate2 into %s", teacher.paths[0], final)
@@ -131,7 +129,8 @@ class CTranslate2Backend:
         self.session, self.threads = session, threads
         self.src_dict = session.teacher.src_dict
         self.source_tokens = session.corpus.source_tokens
-        self.model_dir = converted_model(session)
+        check(session)
+        self.model_dir = converted_model(session.teacher, cache_dir(cfg))
         self.device, self.device_index = device_and_index(session.device)
         self.compute_type = cfg.compute_type
         self.sampling = strategy.name in SAMPLING_STRATEGIES
@@ -164,7 +163,7 @@ class CTranslate2Backend:
     @staticmethod
     def prepare(session: Session) -> None:
         """Convert (or find) the teacher once, before the workers start and look for it."""
-        converted_model(session)
+        converted_model(session.teacher, cache_dir(session.cfg))
 
     @staticmethod
     def describe(cfg: DistillConfig) -> dict:
