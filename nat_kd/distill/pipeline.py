@@ -103,7 +103,8 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
-        "seed": cfg.decoding.seed, "backend": backend_class(cfg.backend).describe(cfg), "teacher": teacher.describe(), "corpus": corpus.source_description,
+        "seed": cfg.decoding.seed, "backend": backend_class(cfg.backend).describe(cfg),
+        "teacher": teacher.describe(), "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
         "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
