@@ -206,3 +206,26 @@ def test_strategies_map_onto_ctranslate2s_options(teacher, tiny_en_de, corpus, t
     beam = [metric.sentence_score(h, [r]).score for h, r in zip(run("beam", strategy="beam", beam=4), refs)]
     inter = [metric.sentence_score(h, [r]).score for h, r in zip(run("inter", strategy="seq-inter", beam=4), refs)]
     assert all(i >= b - 1e-9 for i, b in zip(inter, beam)) and sum(inter) > sum(beam)  # beam's best is a candidate
+
+
+@pytest.mark.parametrize("arch, overrides, message", [
+    ("kd_cmlm_tiny", {}, r"is a CMLMNATransformerModel \(kd_cmlm_tiny\), not an autoregressive transformer"),
+    ("kd_transformer_tiny", {"adaptive_softmax_cutoff": "50,100"}, r"uses an adaptive softmax"),
+    ("kd_transformer_tiny", {}, None)])
+def test_what_ctranslate2_cannot_convert_is_refused_first(arch, overrides, message):
+    """A NAT teacher, or one with an adaptive softmax: an error naming the fairseq backend, before any conversion."""
+    from types import SimpleNamespace
+
+    import fairseq_plugins.models  # noqa: F401  (registers the kd_* architectures)
+    from fairseq_plugins.counting import build_model
+    from nat_kd.distill.backends.ctranslate2 import check
+
+    model = build_model(arch, 120, **overrides)
+    session = SimpleNamespace(
+        cfg=SimpleNamespace(decoding=DecodingSettings(), compute_type="float32"), device="cpu",
+        teacher=SimpleNamespace(models=(model,), paths=["teacher.pt"], archs=[arch]))
+    if message is None:
+        check(session)  # the transformer teacher itself is accepted
+        return
+    with pytest.raises(SettingsError, match=message + r".*--backend fairseq"):
+        check(session)

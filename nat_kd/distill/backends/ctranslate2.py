@@ -49,6 +49,8 @@ def cache_dir(cfg: DistillConfig) -> Path:
 
 def check(session: Session) -> None:
     """Refuse, before converting anything, what this backend cannot decode as the fairseq backend would."""
+    import ctranslate2
+    from fairseq.models.nat import FairseqNATModel
     from fairseq.models.transformer import TransformerModel
 
     cfg, teacher = session.cfg, session.teacher
@@ -56,7 +58,7 @@ def check(session: Session) -> None:
         raise SettingsError(f"the ctranslate2 backend decodes one checkpoint, not an ensemble of "
                             f"{len(teacher.models)} ({', '.join(teacher.paths)}): {REFUSED}")
     model = teacher.models[0]
-    if not isinstance(model, TransformerModel):
+    if isinstance(model, FairseqNATModel) or not isinstance(model, TransformerModel):  # NAT models subclass it
         raise SettingsError(f"teacher {teacher.paths[0]} is a {type(model).__name__} ({teacher.archs[0]}), not an "
                             f"autoregressive transformer; CTranslate2 cannot convert it: {REFUSED}")
     if getattr(model.decoder, "adaptive_softmax", None) is not None:
@@ -65,8 +67,6 @@ def check(session: Session) -> None:
     if cfg.decoding.max_len_a != 0:
         raise SettingsError(f"--max-len-a {cfg.decoding.max_len_a}: CTranslate2 limits outputs to a fixed length "
                             "(--max-len-b) only; use --max-len-a 0 or --backend fairseq")
-    import ctranslate2
-
     device = device_and_index(session.device)[0]
     supported = sorted(ctranslate2.get_supported_compute_types(device))
     if cfg.compute_type not in supported:
