@@ -110,6 +110,7 @@ class TeacherEnsemble:
     task: object  # fairseq task of the first checkpoint, holding the dictionaries
     dict_dir: Path  # where the dictionaries were read
     archs: list[str]
+    config: object = None  # the first checkpoint's fairseq configuration (its bpe/tokenizer sections, ...)
 
     @classmethod
     def load(cls, paths, dict_dir=None, flags: tuple[str, str] = (CHECKPOINT_FLAG, DICTIONARY_FLAG)):
@@ -129,14 +130,14 @@ class TeacherEnsemble:
         files = split_paths(paths)
         if not files:
             raise TeacherError(f"no teacher checkpoint given: pass {flags[0]} CHECKPOINT")
-        models, archs, first_task, first_dir = [], [], None, None
+        models, archs, first_task, first_dir, first_cfg = [], [], None, None, None
         for file in files:
             state = read_checkpoint(file, flags[0])
             cfg = _config(state, file)
             data = Path(dict_dir) if dict_dir else Path(str(cfg.task.data).split(os.pathsep)[0])
             task = _setup_task(cfg, data, file, flags[1])
             if first_task is None:
-                first_task, first_dir = task, data
+                first_task, first_dir, first_cfg = task, data, cfg
             pair = (task.cfg.source_lang, task.cfg.target_lang)
             first_pair = (first_task.cfg.source_lang, first_task.cfg.target_lang)
             if pair != first_pair:
@@ -157,7 +158,7 @@ class TeacherEnsemble:
                 model.eval()
             models += loaded
             archs.append(getattr(cfg.model, "_name", None) or str(getattr(cfg.model, "arch", "?")))
-        return cls(files, tuple(models), first_task, first_dir, archs)
+        return cls(files, tuple(models), first_task, first_dir, archs, first_cfg)
 
     @property
     def source_lang(self) -> str:

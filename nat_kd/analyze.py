@@ -1,4 +1,4 @@
-"""Command line: ``python -m nat_kd.analyze {align,complexity,faithfulness,reordering,modes,report}``.
+"""Command line: ``python -m nat_kd.analyze {align,complexity,faithfulness,reordering,modes,sentences,card,report}``.
 
 The face of the analysis package (nat_kd/analysis: aligner, formats, tokenizers, metrics, report); see
 docs/analysis.md.
@@ -20,6 +20,7 @@ from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_f
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
 from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs
 from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR
+from nat_kd.analysis.metrics.frequency import DEFAULT_BUCKETS
 from nat_kd.analysis.tokenizers import TOKENIZERS, get_tokenizer
 
 
@@ -187,16 +188,48 @@ def cmd_report(args):
         real = DataSet(args.real_name, Path(args.real_src), Path(args.real_tgt))
     else:
         directory = data_dir(args.data_dir)
-        real = DataSet(args.real_name, split_file(directory, args.split, args.src_lang),
-                       split_file(directory, args.split, args.tgt_lang))
+        real = DataSet(args.real_name, split_file(directory, args.split or "train", args.src_lang),
+                       split_file(directory, args.split or "train", args.tgt_lang))
     sets = [set_from_arg(s) for s in args.set or []]
     sets += [set_from_dir(d, args.split, args.src_lang, args.tgt_lang) for d in args.set_dir or []]
     mode_texts = {lang: read_lines(path) for lang, path in parse_pairs(args.lang, "--lang").items()}
     report = AnalysisReport(get_tokenizer(args.tok, args.lowercase, args.spm_model), aligner_options(args),
-                            args.aligner, args.log_base, args.floor, mode_texts, args.drop_empty).run(real, sets)
+                            args.aligner, args.log_base, args.floor, mode_texts, args.drop_empty,
+                            args.buckets).run(real, sets)
     paths = report.write(args.out)
     sys.stdout.write(report.to_markdown())
     print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
+    if not args.no_cards:
+        for directory in report.refresh_cards(real, sets):
+            print(f"refreshed {directory}/CARD.md, card.json and scores.tsv", file=sys.stderr)
+
+
+def cmd_sentences(args):
+    from nat_kd.analysis.metrics.reordering import line_scores
+    from nat_kd.analysis.metrics.sentence import SentenceScorer, summary
+
+    hypotheses = read_lines(args.hyp)
+    references = read_lines(args.ref) if args.ref else None
+    if references is not None and len(references) != len(hypotheses):
+        raise CorpusError(f"line-count mismatch: {args.hyp} has {len(hypotheses)} lines but {args.ref} has "
+                          f"{len(references)}; they must be line-aligned")
+    scores = SentenceScorer(args.repeat_n).score(hypotheses, references)
+    if args.src:
+        aligned = align_corpus(iter_lines(args.src), iter_lines(args.hyp),
+                               get_tokenizer(args.tok, args.lowercase, args.spm_model), aligner_options(args),
+                               args.aligner, (args.src, args.hyp), args.drop_empty)
+        scores = scores.with_column("frs", line_scores(aligned))
+    scores.write(args.out)
+    for name, stats in summary(scores).items():
+        print(f"{name}: mean {stats['mean']:.4f} median {stats['q50']:.4f} over {stats['lines']} lines")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+def cmd_card(args):
+    from nat_kd.analysis.card import refresh_card
+
+    distilled = refresh_card(args.set_dir, reference=args.reference, teacher_valid_bleu=args.teacher_valid_bleu)
+    print(f"wrote {distilled.card_markdown}, {distilled.card_json.name}, {distilled.card_figure.name}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------ parser
@@ -254,12 +287,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json")
     p.set_defaults(func=cmd_modes)
 
+    p = sub.add_parser("sentences", help="per-line scores of any target file against its references (scores.tsv)")
+    p.add_argument("--hyp", required=True, help="the targets to score (e.g. a distilled set's SPLIT.TGT)")
+    p.add_argument("--ref", help="their references, line-aligned (sentence BLEU, chrF, length ratio)")
+    p.add_argument("--src", help="the sources, line-aligned: adds each line's FRS (aligns --src with --hyp)")
+    p.add_argument("--repeat-n", type=int, default=2, help="n of the repeated n-gram count (default 2)")
+    p.add_argument("--out", required=True, help="where to write the TSV")
+    add_tokenizer_flags(p)
+    add_aligner_flags(p, recommended=True)
+    p.set_defaults(func=cmd_sentences)
+
+    p = sub.add_parser("card", help="rewrite a distilled set's CARD.md, card.json and figure from its files")
+    p.add_argument("set_dir", help="the distilled set folder (with meta.json)")
+    p.add_argument("--reference", help="its references (default: the file recorded in meta.json)")
+    p.add_argument("--teacher-valid-bleu", type=float, help="the teacher's validation BLEU, for the card")
+    p.set_defaults(func=cmd_card)
+
     p = sub.add_parser("report", help="table + figures: real data versus distilled sets")
     p.add_argument("--real-src", help="real source text (default: DATA_DIR/SPLIT.SRC_LANG)")
     p.add_argument("--real-tgt", help="real target text (default: DATA_DIR/SPLIT.TGT_LANG)")
     p.add_argument("--real-name", default="real")
     p.add_argument("--data-dir", help="Multi30k raw folder (default: $NAT_KD_DATA or ../shared/data/multi30k)")
-    p.add_argument("--split", default="train")
+    p.add_argument("--split", help="split of the real data in --data-dir (default: train); a --set-dir is read "
+                   "from the files its meta.json names, whatever its split")
     p.add_argument("--src-lang", default="en")
     p.add_argument("--tgt-lang", default="de")
     p.add_argument("--set", action="append", metavar="NAME=SRC_FILE,TGT_FILE", help="a distilled set (repeat)")
@@ -268,6 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lang", action="append", metavar="LANG=FILE",
                    help="per-language texts for the mode-mix diagnostic (repeat; optional)")
     p.add_argument("--out", required=True, help="folder for report.md, report.json and the figures")
+    p.add_argument("--buckets", type=lambda text: [int(x) for x in text.split(",")], default=list(DEFAULT_BUCKETS),
+                   metavar="1,2,5,20", help="lower edges of the source-word frequency buckets (default 1,2,5,20)")
+    p.add_argument("--no-cards", action="store_true",
+                   help="leave the --set-dir folders alone (default: refresh their card and scores.tsv)")
     add_tokenizer_flags(p)
     add_aligner_flags(p, recommended=True)
     p.add_argument("-b", "--log-base", choices=("e", "2"), default="e")

@@ -1,9 +1,10 @@
 """The toolkit's on-disk artefacts, each file named once: a prepared corpus, a fairseq-binarized folder, and a
 distilled set. Code that reads or writes one of them asks these types for the path instead of building it.
 
-    PreparedCorpus(DIR)   nat_kd.prepare's output: raw/, spm/, spm.model, bin/, manifest.json
+    PreparedCorpus(DIR)   nat_kd.prepare's output: raw/, spm/, spm.model or bpe.codes, bin/, manifest.json
     BinarizedData(DIR)    fairseq-preprocess's layout: dict.LANG.txt, SPLIT.SRC-TGT.LANG.{bin,idx}
-    DistilledSet(DIR)     nat_kd.generate_distilled's output: SPLIT.LANG, spm/, bin/, meta.json
+    DistilledSet(DIR)     nat_kd.generate_distilled's (or nat_kd.mix's) output: SPLIT.LANG, spm/, bin/, meta.json,
+                          scores.tsv, CARD.md, card.json, card_scores.png
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .corpus import CorpusError
+from .tokenization import TokenizationSettings
 
 
 def _read_json(path: Path) -> dict:
@@ -61,8 +63,35 @@ class PreparedCorpus(_Folder):
         return self.root / "spm.model"
 
     @property
+    def bpe_codes(self) -> Path:
+        """(a corpus prepared with --bpe-codes) a copy of the subword-nmt codes."""
+        return self.root / "bpe.codes"
+
+    @property
     def bin(self) -> BinarizedData:
         return BinarizedData(self.root / "bin")
+
+    def relative_tokenization(self, settings: TokenizationSettings) -> dict:
+        """``settings`` for manifest.json, with the files inside this folder named relative to it (the folder
+        may be renamed or moved)."""
+        def relative(section):
+            return {k: (Path(v).name if k in ("sentencepiece_model", "bpe_codes") else v)
+                    for k, v in section.items()} if section else None
+
+        return {"bpe": relative(settings.bpe), "tokenizer": relative(settings.tokenizer)}
+
+    def tokenization(self) -> TokenizationSettings:
+        """How the corpus's tokens were made from its text: manifest.json's ``tokenization``, else (corpora
+        prepared before it was recorded, and every default one) the sentencepiece model spm.model."""
+        recorded = (self.manifest() or {}).get("tokenization")
+        if recorded is None:
+            return TokenizationSettings.sentencepiece(self.spm_model)
+
+        def absolute(section):
+            return {k: (str(self.root / v) if k in ("sentencepiece_model", "bpe_codes") else v)
+                    for k, v in section.items()} if section else None
+
+        return TokenizationSettings(bpe=absolute(recorded.get("bpe")), tokenizer=absolute(recorded.get("tokenizer")))
 
     def raw(self, split: str, lang: str) -> Path:
         """The raw (detokenized) text of one side of a split, e.g. the references for BLEU."""
@@ -114,8 +143,28 @@ class DistilledSet(_Folder):
         return self.root / "spm"
 
     def pieces(self, split: str, lang: str) -> Path:
-        """The same as sentencepiece pieces (the teacher's own tokens)."""
+        """The same in the teacher's own tokens (sentencepiece pieces, or BPE units with their joiners)."""
         return self.pieces_dir / f"{split}.{lang}"
+
+    @property
+    def scores_file(self) -> Path:
+        """scores.tsv: each line's scores against its reference (nat_kd.analysis.metrics.sentence)."""
+        return self.root / "scores.tsv"
+
+    @property
+    def card_markdown(self) -> Path:
+        """CARD.md, the dataset card (nat_kd.analysis.card), for people."""
+        return self.root / "CARD.md"
+
+    @property
+    def card_json(self) -> Path:
+        """card.json, the same card for programs."""
+        return self.root / "card.json"
+
+    @property
+    def card_figure(self) -> Path:
+        """The card's histograms of the per-line scores."""
+        return self.root / "card_scores.png"
 
     def meta(self) -> dict | None:
         """meta.json, or None while the set is not complete."""

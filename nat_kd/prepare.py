@@ -1,27 +1,40 @@
-"""Prepare a Multi30k language pair for fairseq: raw text -> joint sentencepiece -> fairseq binaries.
+"""Prepare a parallel corpus for fairseq: raw text -> subword tokens -> fairseq binaries.
 
-    python -m nat_kd.prepare --src en --tgt de            # or --tgt mix: en -> {de, fr, cs}, untagged
+    python -m nat_kd.prepare --src en --tgt de            # Multi30k; or --tgt mix: en -> {de, fr, cs}, untagged
+    python -m nat_kd.prepare --src en --tgt ro --trainpref corpus/train --validpref corpus/dev \
+        --testpref corpus/test [--spm-model M | --bpe-codes CODES [--tokenizer moses] | --pretokenized] \
+        [--separate-dictionaries] --out-dir data/my-corpus
+
+Any parallel corpus is given as fairseq-preprocess takes it: file prefixes, PREFIX.SRC and PREFIX.TGT (or
+.gz), any language codes. Its tokens: a joint sentencepiece model trained here (the default), an existing
+sentencepiece model, subword-nmt BPE codes (fairseq's encoders, optionally over Moses tokens), or text that
+is already tokenized (then it is only binarized).
 
 Output (default ``data/multi30k.SRC-TGT.spmV``), with fairseq's split names train/valid/test:
-    raw/SPLIT.{SRC,TGT}   the raw (detokenized) text actually used, e.g. the references for BLEU
-    spm.model, spm.vocab  the joint sentencepiece model trained on train source + target
-    spm/SPLIT.{SRC,TGT}   sentencepiece pieces
-    bin/                  fairseq-preprocess output with one joined dictionary
+    raw/SPLIT.{SRC,TGT}   the text actually used (detokenized unless --pretokenized), e.g. the references for BLEU
+    spm.model, spm.vocab  the sentencepiece model (trained here, or a copy of --spm-model)
+    bpe.codes             (--bpe-codes) a copy of the codes
+    spm/SPLIT.{SRC,TGT}   the model's tokens (sentencepiece pieces or BPE units)
+    bin/                  fairseq-preprocess output, one joined dictionary unless --separate-dictionaries
     SPLIT.lang            (mix only) the true language of each target line
-    manifest.json         settings, input hashes, counts: re-running with the same inputs is a no-op
+    manifest.json         settings, input hashes, counts, the tokenization: re-running with the same inputs is a
+                          no-op, and nat_kd.generate_distilled --prepared reads how to detokenize
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from . import atomic, cli
 from .artifacts import PreparedCorpus
 from .corpus import LANGUAGES, PROJECT_ROOT, CorpusError, data_dir, read_parallel, split_file
+from .errors import SettingsError
 from .hashing import sha256_file, sha256_json
+from .tokenization import Tokenization, TokenizationSettings
 
 # Bump when the preparation itself changes, so that old outputs are rebuilt.
 PREPARE_VERSION = 1
@@ -37,8 +50,31 @@ class PrepareConfig:
     vocab_size: int = 8000
     spm_model_type: str = "unigram"
     train_limit: int | None = None  # keep only the first N training pairs (tests, quick runs)
+    # Any corpus (default: Multi30k): fairseq-preprocess's prefixes, PREFIX.SRC and PREFIX.TGT (or .gz)
+    trainpref: str | None = None
+    validpref: str | None = None
+    testpref: str | None = None
+    # Its tokens (default: a joint sentencepiece model trained here): one of
+    spm_model: str | None = None  # an existing sentencepiece model
+    bpe_codes: str | None = None  # subword-nmt BPE codes, over the words of ``tokenizer`` (or of the raw text)
+    tokenizer: str | None = None  # a fairseq --tokenizer under the BPE codes, e.g. moses
+    pretokenized: bool = False  # the text is already in the model's tokens: only binarize
+    joined_dictionary: bool = True
 
     def __post_init__(self):
+        if self.trainpref:
+            if not (self.src and self.tgt) or self.src == self.tgt or MIX in (self.src, self.tgt):
+                raise CorpusError(f"--src {self.src} --tgt {self.tgt}: give two different language codes, the "
+                                  "suffixes of the files PREFIX.SRC and PREFIX.TGT")
+            given = [name for name in ("spm_model", "bpe_codes", "pretokenized") if getattr(self, name)]
+            if len(given) > 1:
+                raise SettingsError(f"choose one of --spm-model, --bpe-codes, --pretokenized (got {', '.join(given)})")
+            if self.tokenizer and not self.bpe_codes:
+                raise SettingsError("--tokenizer is the word tokenizer under --bpe-codes; pass --bpe-codes too")
+            return
+        if any(getattr(self, f.name) != f.default for f in fields(self) if f.name in OWN_CORPUS_FIELDS):
+            raise SettingsError("--validpref, --testpref, --spm-model, --bpe-codes, --tokenizer, --pretokenized and "
+                                "--separate-dictionaries describe your own corpus: pass --trainpref too")
         if self.src not in LANGUAGES or (self.tgt not in LANGUAGES and self.tgt != MIX) or self.src == self.tgt:
             raise CorpusError(
                 f"unknown language pair {self.src}-{self.tgt}: choose two different languages from "
@@ -50,12 +86,31 @@ class PrepareConfig:
         return tuple(lang for lang in LANGUAGES if lang != self.src) if self.tgt == MIX else (self.tgt,)
 
     def default_out_dir(self) -> Path:
+        if self.trainpref:
+            raise SettingsError("pass --out-dir for your own corpus")
         limit = f".first{self.train_limit}" if self.train_limit else ""
         return PROJECT_ROOT / "data" / f"multi30k.{self.src}-{self.tgt}.spm{self.vocab_size}{limit}"
 
+    def prefixes(self) -> dict[str, str]:
+        """fairseq's split name -> the prefix of its files (own corpora)."""
+        return {name: prefix for name, prefix in (("train", self.trainpref), ("valid", self.validpref),
+                                                  ("test", self.testpref)) if prefix}
+
+    def settings(self) -> dict:
+        """What the output depends on. The own-corpus fields count only when set, so that Multi30k folders
+        prepared before they existed stay up to date."""
+        return {key: value for key, value in asdict(self).items()
+                if key not in OWN_CORPUS_FIELDS or value != PrepareConfig.__dataclass_fields__[key].default}
+
+
+PATH_FIELDS = ("trainpref", "validpref", "testpref", "spm_model", "bpe_codes")  # hashed by content, not by name
+OWN_CORPUS_FIELDS = ("trainpref", "validpref", "testpref", "spm_model", "bpe_codes", "tokenizer", "pretokenized",
+                     "joined_dictionary")
+
 
 def load_split(raw_dir: Path, split: str, cfg: PrepareConfig, limit: int | None = None):
-    """(source, target, target-language) lines of a split; for mix, one pair per target language, interleaved."""
+    """(source, target, target-language) lines of a Multi30k split; for mix, one pair per target language,
+    interleaved."""
     per_lang = []
     for lang in cfg.target_languages:
         src, tgt = read_parallel(split_file(raw_dir, split, cfg.src), split_file(raw_dir, split, lang))
@@ -69,14 +124,35 @@ def load_split(raw_dir: Path, split: str, cfg: PrepareConfig, limit: int | None 
     return sources, targets, langs
 
 
-def fingerprint(raw_dir: Path, cfg: PrepareConfig) -> tuple[str, dict]:
-    """A hash of everything the output depends on: settings, code version and every input file's bytes."""
+def _prefixed(prefix: str, lang: str) -> Path:
+    """PREFIX.LANG(.gz), as fairseq-preprocess names a split's files."""
+    return split_file(Path(prefix).parent, Path(prefix).name, lang)
+
+
+def input_files(raw_dir: Path | None, cfg: PrepareConfig) -> dict[str, dict[str, Path]]:
+    """fairseq's split name -> language -> the file it is read from."""
+    if cfg.trainpref:
+        return {name: {lang: _prefixed(prefix, lang) for lang in (cfg.src, cfg.tgt)}
+                for name, prefix in cfg.prefixes().items()}
+    return {name: {lang: split_file(raw_dir, split, lang) for lang in (cfg.src, *cfg.target_languages)}
+            for split, name in FAIRSEQ_SPLITS.items()}
+
+
+def fingerprint(raw_dir: Path | None, cfg: PrepareConfig) -> tuple[str, dict]:
+    """A hash of everything the output depends on: settings, code version and every input file's bytes. Where
+    the files are is not part of it: a moved corpus is the same corpus."""
     inputs = {}
-    for split in FAIRSEQ_SPLITS:
-        for lang in (cfg.src, *cfg.target_languages):
-            path = split_file(raw_dir, split, lang)
-            inputs[path.name] = sha256_file(path)
-    return sha256_json({"config": asdict(cfg), "version": PREPARE_VERSION, "inputs": inputs}), inputs
+    for name, files in input_files(raw_dir, cfg).items():
+        for lang, path in files.items():
+            inputs[f"{name}.{lang}" if cfg.trainpref else path.name] = sha256_file(path)
+    for option in ("spm_model", "bpe_codes"):
+        model = getattr(cfg, option)
+        if model:
+            if not Path(model).is_file():
+                raise CorpusError(f"{model} does not exist; check --{option.replace('_', '-')}")
+            inputs[option] = sha256_file(model)
+    settings = {key: (bool(value) if key in PATH_FIELDS else value) for key, value in cfg.settings().items()}
+    return sha256_json({"config": settings, "version": PREPARE_VERSION, "inputs": inputs}), inputs
 
 
 def is_up_to_date(out_dir: Path, key: str, cfg: PrepareConfig) -> bool:
@@ -110,51 +186,82 @@ def train_sentencepiece(lines: list[str], model: Path, cfg: PrepareConfig, threa
     return spm.SentencePieceProcessor(model_file=str(model))
 
 
-def binarize(prepared: PreparedCorpus, cfg: PrepareConfig, workers: int) -> None:
-    """fairseq's own preprocessing, with one dictionary joined over source and target."""
+def binarize(prepared: PreparedCorpus, cfg: PrepareConfig, splits, workers: int) -> None:
+    """fairseq's own preprocessing, with one dictionary joined over source and target unless asked otherwise."""
     from fairseq import options
     from fairseq_cli import preprocess
 
+    args = [arg for name in splits for arg in (f"--{name}pref", str(prepared.pieces_prefix(name)))]
     args = options.get_preprocessing_parser().parse_args([
-        "--source-lang", cfg.src, "--target-lang", cfg.tgt,
-        "--trainpref", str(prepared.pieces_prefix("train")), "--validpref", str(prepared.pieces_prefix("valid")),
-        "--testpref", str(prepared.pieces_prefix("test")), "--destdir", str(prepared.bin.root),
-        "--joined-dictionary", "--workers", str(workers),
+        "--source-lang", cfg.src, "--target-lang", cfg.tgt, *args, "--destdir", str(prepared.bin.root),
+        "--workers", str(workers), *(["--joined-dictionary"] if cfg.joined_dictionary else []),
     ])
     preprocess.main(args)
 
 
+def own_tokenization(prepared: PreparedCorpus, cfg: PrepareConfig) -> TokenizationSettings:
+    """The settings of an own corpus's tokens, with its model or codes copied into the prepared folder."""
+    if cfg.spm_model:
+        shutil.copyfile(cfg.spm_model, prepared.spm_model)
+        vocab = Path(cfg.spm_model).with_suffix(".vocab")
+        if vocab.is_file():
+            shutil.copyfile(vocab, prepared.spm_model.with_suffix(".vocab"))
+        return TokenizationSettings.sentencepiece(prepared.spm_model)
+    if cfg.bpe_codes:
+        shutil.copyfile(cfg.bpe_codes, prepared.bpe_codes)
+        return TokenizationSettings(bpe={"_name": "subword_nmt", "bpe_codes": str(prepared.bpe_codes)},
+                                    tokenizer={"_name": cfg.tokenizer} if cfg.tokenizer else None)
+    return TokenizationSettings()  # pretokenized
+
+
 def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int = 2, force: bool = False) -> Path:
     """Build (or reuse) the prepared corpus for ``cfg``; returns its directory."""
-    raw_dir = data_dir(raw_dir)
+    raw_dir = None if cfg.trainpref else data_dir(raw_dir)
     out_dir = Path(out_dir) if out_dir else cfg.default_out_dir()
     key, inputs = fingerprint(raw_dir, cfg)
     if not force and is_up_to_date(out_dir, key, cfg):
         logger.info("%s is up to date (same inputs and settings): nothing to do", out_dir)
         return out_dir
 
-    logger.info("preparing %s-%s from %s into %s", cfg.src, cfg.tgt, raw_dir, out_dir)
+    logger.info("preparing %s-%s from %s into %s", cfg.src, cfg.tgt, raw_dir or cfg.trainpref, out_dir)
     with atomic.building_directory(out_dir) as work:
         prepared = PreparedCorpus(work)
         counts, splits = {}, {}
-        for split, name in FAIRSEQ_SPLITS.items():
-            limit = cfg.train_limit if split == "train" else None
-            splits[name] = load_split(raw_dir, split, cfg, limit)
-            counts[name] = len(splits[name][0])
-        sp = train_sentencepiece(splits["train"][0] + splits["train"][1], prepared.spm_model, cfg, workers)
+        if cfg.trainpref:
+            for name, files in input_files(None, cfg).items():
+                sources, targets = read_parallel(files[cfg.src], files[cfg.tgt])
+                limit = cfg.train_limit if name == "train" else None
+                splits[name] = (sources[:limit], targets[:limit], None)
+                counts[name] = len(splits[name][0])
+        else:
+            for split, name in FAIRSEQ_SPLITS.items():
+                limit = cfg.train_limit if split == "train" else None
+                splits[name] = load_split(raw_dir, split, cfg, limit)
+                counts[name] = len(splits[name][0])
+        manifest = {}
+        if cfg.trainpref and (cfg.spm_model or cfg.bpe_codes or cfg.pretokenized):
+            settings = own_tokenization(prepared, cfg)
+            codecs = {lang: Tokenization(settings, lang) for lang in (cfg.src, cfg.tgt)}
+            encode = {lang: codec.encode_all for lang, codec in codecs.items()}
+            manifest["tokenization"] = prepared.relative_tokenization(settings)
+        else:
+            sp = train_sentencepiece(splits["train"][0] + splits["train"][1], prepared.spm_model, cfg, workers)
+            encode = dict.fromkeys((cfg.src, cfg.tgt),
+                                   lambda lines: [" ".join(p) for p in sp.encode(lines, out_type=str)])
+            manifest["sentencepiece_pieces"] = sp.get_piece_size()
         for name, (sources, targets, langs) in splits.items():
             for lang, lines in ((cfg.src, sources), (cfg.tgt, targets)):
                 _write_lines(prepared.raw(name, lang), lines)
-                _write_lines(prepared.pieces(name, lang), (" ".join(p) for p in sp.encode(lines, out_type=str)))
+                _write_lines(prepared.pieces(name, lang), encode[lang](lines))
             if cfg.tgt == MIX:
                 _write_lines(prepared.languages_file(name), langs)
-        binarize(prepared, cfg, workers)
+        binarize(prepared, cfg, list(splits), workers)
         dictionary_size = sum(1 for _ in open(prepared.bin.dictionary(cfg.src), encoding="utf-8"))
         atomic.write_json(prepared.manifest_file, {
-            "fingerprint": key, "config": asdict(cfg), "prepare_version": PREPARE_VERSION,
-            "raw_dir": str(raw_dir), "inputs_sha256": inputs, "sentences": counts,
-            "sentencepiece_pieces": sp.get_piece_size(), "fairseq_dictionary_entries": dictionary_size,
-            "split_names": FAIRSEQ_SPLITS,
+            "fingerprint": key, "config": cfg.settings(), "prepare_version": PREPARE_VERSION,
+            "raw_dir": str(raw_dir or Path(cfg.trainpref).parent), "inputs_sha256": inputs, "sentences": counts,
+            **manifest, "fairseq_dictionary_entries": dictionary_size,
+            "split_names": FAIRSEQ_SPLITS if not cfg.trainpref else cfg.prefixes(),
         })
     return out_dir
 
@@ -162,12 +269,25 @@ def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int = 2, fo
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nat_kd.prepare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--src", default="en", help=f"source language ({', '.join(LANGUAGES)})")
-    parser.add_argument("--tgt", default="de", help=f"target language, or '{MIX}' for all other languages")
+    parser.add_argument("--src", default="en", help=f"source language (Multi30k: {', '.join(LANGUAGES)}; any code "
+                                                    "with --trainpref)")
+    parser.add_argument("--tgt", default="de", help=f"target language, or '{MIX}' for all other Multi30k languages")
     parser.add_argument("--vocab-size", type=int, default=8000, help="joint sentencepiece vocabulary size")
     parser.add_argument("--spm-model-type", default="unigram", choices=["unigram", "bpe"])
     parser.add_argument("--train-limit", type=int, default=None, help="use only the first N training pairs")
     parser.add_argument("--data-dir", default=None, help="raw corpus folder (default: $NAT_KD_DATA or ../shared/data/multi30k)")
+    own = parser.add_argument_group("your own corpus (instead of Multi30k)")
+    own.add_argument("--trainpref", help="training files PREFIX.SRC and PREFIX.TGT (or .gz)")
+    own.add_argument("--validpref", help="validation files prefix")
+    own.add_argument("--testpref", help="test files prefix")
+    tokens = own.add_mutually_exclusive_group()
+    tokens.add_argument("--spm-model", help="an existing sentencepiece model (default: train a joint one)")
+    tokens.add_argument("--bpe-codes", help="subword-nmt BPE codes (fairseq's --bpe subword_nmt)")
+    tokens.add_argument("--pretokenized", action="store_true", help="the text is already in the model's tokens: "
+                        "only binarize it")
+    own.add_argument("--tokenizer", help="fairseq --tokenizer under --bpe-codes (e.g. moses) for raw text")
+    own.add_argument("--separate-dictionaries", action="store_true",
+                     help="one dictionary per language (default: one joined dictionary)")
     parser.add_argument("--out-dir", default=None, help="output folder (default: data/multi30k.SRC-TGT.spmV)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
@@ -175,7 +295,10 @@ def main(argv=None) -> int:
     cli.setup_logging()
 
     def body() -> int:
-        cfg = PrepareConfig(args.src, args.tgt, args.vocab_size, args.spm_model_type, args.train_limit)
+        cfg = PrepareConfig(args.src, args.tgt, args.vocab_size, args.spm_model_type, args.train_limit,
+                            trainpref=args.trainpref, validpref=args.validpref, testpref=args.testpref,
+                            spm_model=args.spm_model, bpe_codes=args.bpe_codes, tokenizer=args.tokenizer,
+                            pretokenized=args.pretokenized, joined_dictionary=not args.separate_dictionaries)
         print(prepare(cfg, args.data_dir, args.out_dir, args.workers, args.force))
         return 0
 

@@ -72,6 +72,53 @@ def test_report_contract(corpus, capsys):
     assert (out / "mode_mix.png").exists()
     assert "| kd-beam5 | beam |" in (out / "report.md").read_text()
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left behind
+    # the frequency buckets: the real source words are a, man, rides, horse, ., woman, reads, book, two, dogs,
+    # play: "a" 5 times, "man" "reads" "." 2-4 times, the 7 others once
+    assert [(b["bucket"], b["words"]) for b in rows["real"]["frequency_buckets"]] == [
+        ("1", 7), ("2-4", 3), ("5-19", 1), ("20+", 0)]
+    assert all(b["kept"] == 1.0 for b in rows["copy"]["frequency_buckets"] if b["real_pairs"])
+    assert "| kd-beam5 | 1 | 7 |" in (out / "report.md").read_text()
+    assert not (kd / "CARD.md").exists()  # a folder the generator did not write gets no card
+
+
+def test_sentences_scores_any_pair_of_files(corpus, capsys):
+    hyp = corpus / "hyp.de"
+    hyp.write_text("Ein Mann reitet ein Pferd .\nEine Frau liest ein Buch Buch .\nZwei Hunde .\nEin Mann liest .\n")
+    out = corpus / "scores.tsv"
+    assert main(["sentences", "--hyp", str(hyp), "--ref", str(corpus / "train.de.gz"),
+                 "--src", str(corpus / "train.en"), "--out", str(out)]) == 0
+    assert main(["reordering", "--src", str(corpus / "train.en"), "--tgt", str(hyp), "--per-sentence",
+                 str(corpus / "frs.txt")]) == 0
+    header, *rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert header == ["line", "bleu", "chrf", "length_ratio", "repeated_ngrams", "repeated", "frs"]
+    assert [r[0] for r in rows] == ["1", "2", "3", "4"]
+    assert float(rows[0][1]) == 100.0 and float(rows[3][2]) == 100.0
+    # line 2 has one word more than its reference (7 / 6); line 3 one fewer (3 / 4)
+    assert [float(r[3]) for r in rows] == pytest.approx([1.0, 7 / 6, 0.75, 1.0], abs=1e-5)  # 6 digits written
+    assert [r[4] for r in rows] == ["0", "0", "0", "0"]  # "buch buch" repeats a word, not a bigram
+    assert [float(r[6]) for r in rows] == pytest.approx([float(x) for x in (corpus / "frs.txt").read_text().split()],
+                                                         nan_ok=True)
+    assert "bleu: mean" in capsys.readouterr().out
+
+
+def test_report_finds_a_set_whatever_its_split(corpus, capsys):
+    """A set distilled from another split (here valid.*, as meta.json names them) needs no --split; a folder
+    without meta.json holding one split is found too, and one holding two asks for --split."""
+    named, bare = corpus / "named", corpus / "bare"
+    for folder in (named, bare):
+        folder.mkdir()
+        (folder / "valid.en").write_text("\n".join(EN) + "\n")
+        (folder / "valid.de").write_text("\n".join(DE[:3]) + "\nEin Mann .\n")
+    (named / "meta.json").write_text(json.dumps({"name": "kd", "strategy": "beam", "split": "valid",
+                                                 "files": {"source": "valid.en", "target": "valid.de"}}))
+    real = ["--real-src", str(corpus / "train.en"), "--real-tgt", str(corpus / "train.de.gz")]
+    assert main(["report", *real, "--set-dir", str(named), "--set-dir", str(bare), "--out", str(corpus / "r")]) == 0
+    rows = {r["name"]: r for r in json.loads((corpus / "r" / "report.json").read_text())["rows"]}
+    assert rows["kd"]["strategy"] == "beam" and rows["kd"]["bleu"] == rows["bare"]["bleu"] < 100
+    (bare / "test.en").write_text("\n".join(EN) + "\n")
+    (bare / "test.de").write_text("\n".join(DE) + "\n")
+    err = run_error(["report", *real, "--set-dir", str(bare), "--out", str(corpus / "r2")], capsys)
+    assert "2 splits with both .en and .de files (test, valid); pass --split" in err
 
 
 # ---------------------------------------------------------------- bad input

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sacrebleu
 import torch
@@ -65,13 +66,16 @@ def config(teacher, tiny_en_de, corpus, out, **kw):
 
 
 def output_bytes(out: Path) -> dict:
-    """Every output file's bytes, and meta.json without its timing."""
+    """Every output file's bytes, and meta.json without its timing (meta.json and the card without the name)."""
     files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     meta = json.loads(files.pop("meta.json"))
     meta.pop("timing")
     meta.pop("name")  # the output folder's name
     meta["batching"].pop("num_shards")
-    return {**files, "meta": meta}
+    card = json.loads(files.pop("card.json"))
+    card.pop("name")
+    files["CARD.md"] = files["CARD.md"].split(b"\n", 1)[1]  # its title is the name
+    return {**files, "meta": meta, "card": card}
 
 
 @pytest.fixture(scope="module")
@@ -427,8 +431,67 @@ def test_distilled_set_names_every_file_the_generator_writes(runs):
     meta = out.meta()
     assert meta["strategy"] == "beam" and not out.progress_dir.exists()
     assert meta["files"]["source"] == out.text("valid", "en").name and meta["files"]["target"] == out.text("valid", "de").name
-    named = {out.meta_file}
+    named = {out.meta_file, out.scores_file, out.card_markdown, out.card_json, out.card_figure}
     for lang in ("en", "de"):
         named |= {out.text("valid", lang), out.pieces("valid", lang), out.bin.dictionary(lang),
                   *(Path(f"{out.bin.prefix('valid', 'en', 'de', lang)}{ext}") for ext in (".bin", ".idx"))}
     assert {p for p in out.root.rglob("*") if p.is_file()} == named
+
+
+def test_scores_tsv_holds_each_lines_scores_and_the_teachers_log_probability(runs, teacher, tiny_en_de, corpus):
+    """scores.tsv, written while decoding: sacrebleu's sentence scores, and the mean log-probability that the
+    teacher, forced through the kept output one sentence at a time, gives its tokens and EOS."""
+    from fairseq.data import Dictionary, data_utils
+    from fairseq_plugins.teacher import TeacherEnsemble
+    from nat_kd.analysis.metrics.sentence import SentenceScores
+
+    out = runs["beam"]
+    scores = SentenceScores.read(out / "scores.tsv")
+    hyps, refs = lines(out / "valid.de"), lines(corpus / "ref.de")
+    assert len(scores) == N_LINES
+    assert scores["bleu"] == pytest.approx([sacrebleu.sentence_bleu(h, [r]).score for h, r in zip(hyps, refs)],
+                                           abs=1e-4)
+    teacher_model = TeacherEnsemble.load([str(teacher)], str(tiny_en_de / "bin"))
+    src_dict, tgt_dict = teacher_model.src_dict, teacher_model.tgt_dict
+    sources = data_utils.load_indexed_dataset(str(out / "bin" / "valid.en-de.en"), src_dict)
+    targets = data_utils.load_indexed_dataset(str(out / "bin" / "valid.en-de.de"), tgt_dict)
+    binarized = [i for i in range(N_LINES) if i + 1 != EMPTY_LINE]  # bin/ leaves the empty source's pair out
+    for i in (0, 1, EMPTY_LINE, LONG_LINE - 1, N_LINES - 1):
+        row = binarized.index(i)
+        src, tgt = sources[row].long()[None], targets[row].long()[None]  # tgt ends with EOS
+        prev = torch.cat([tgt.new_tensor([[tgt_dict.eos()]]), tgt[:, :-1]], dim=1)
+        lprobs = teacher_model.log_probs(src, torch.tensor([src.size(1)]), prev)
+        expected = lprobs[0].gather(1, tgt[0][:, None]).mean().item()
+        assert scores["logprob"][i] == pytest.approx(expected, abs=1e-4), i
+    assert np.isnan(scores["logprob"][EMPTY_LINE - 1])  # an empty source is not decoded
+    card = json.loads((out / "card.json").read_text())
+    assert card["decoding"]["backend"] == {"name": "fairseq", "fp16": False}
+    assert "Backend `fairseq` (fp16=False), strategy `beam`" in (out / "CARD.md").read_text()
+    assert card["lines"]["sentences"] == N_LINES and card["lines"]["empty_source_lines"]["first"] == [EMPTY_LINE]
+    assert card["teacher"]["parameters"] == sum(p.numel() for p in teacher_model.models[0].parameters())
+    assert card["analysis"] is None and "not measured yet" in (out / "CARD.md").read_text()
+    assert card["repeated"]["lines"] == int(scores["repeated"].sum())
+    assert len(card["examples"]["lines"]) == 10
+
+
+def test_report_adds_frs_and_the_data_measures_to_the_card(runs, corpus, tmp_path):
+    from nat_kd.analysis.metrics.sentence import SentenceScores
+    from nat_kd.analyze import main as analyze
+
+    out = tmp_path / "beam"
+    shutil.copytree(runs["beam"], out)
+    assert analyze(["report", "--real-src", str(corpus / "src.en"), "--real-tgt", str(corpus / "ref.de"),
+                    "--split", "valid", "--set-dir", str(out), "--drop-empty", "--out", str(tmp_path / "r")]) == 0
+    assert analyze(["reordering", "--src", str(out / "valid.en"), "--tgt", str(out / "valid.de"), "--drop-empty",
+                    "--per-sentence", str(tmp_path / "frs.txt")]) == 0
+    frs = SentenceScores.read(out / "scores.tsv")["frs"]
+    expected = [float(x) for x in (tmp_path / "frs.txt").read_text().split()]
+    # the empty source line is dropped from the alignment: NaN in scores.tsv, absent from --per-sentence
+    assert np.isnan(frs[EMPTY_LINE - 1])
+    assert np.delete(frs, EMPTY_LINE - 1) == pytest.approx(expected, abs=1e-5, nan_ok=True)
+    card = json.loads((out / "card.json").read_text())
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert card["analysis"]["complexity"] == report["rows"][1]["complexity"]
+    assert card["analysis"]["frequency_buckets"] == report["rows"][1]["frequency_buckets"]
+    assert card["analysis"]["signatures"]["complexity"].startswith("complexity|tok:13a|lc:yes|aligner:builtin(")
+    assert "### Source words by frequency" in (out / "CARD.md").read_text()

@@ -1,4 +1,5 @@
 """The study driver: config checks, the step runner's skip/redo/resume rules, and the micro profile end to end."""
+import itertools
 import json
 from pathlib import Path
 
@@ -127,6 +128,48 @@ def test_unknown_profile_lists_the_bundled_ones():
         study_config.load("nonesuch")
 
 
+def test_a_corpus_file_runs_a_profile_on_your_own_corpus(tmp_path):
+    """--corpus C.toml: its [corpus] (paths relative to it) and [study] src, tgt replace the profile's; the
+    multi-modality experiment, which needs Multi30k's four languages, is left out."""
+    from nat_kd.prepare import PrepareConfig, fingerprint
+
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    for split in ("train", "dev", "test"):
+        for lang in ("en", "ro"):
+            (corpus_dir / f"{split}.{lang}").write_text(f"{split} {lang}\n")
+    (corpus_dir / "bpe.codes").write_text("#version: 0.2\n")
+    overlay = tmp_path / "mine.toml"
+    overlay.write_text('[study]\nsrc = "en"\ntgt = "ro"\n[corpus]\ntrainpref = "corpus/train"\n'
+                       'validpref = "corpus/dev"\ntestpref = "corpus/test"\nbpe_codes = "corpus/bpe.codes"\n'
+                       'tokenizer = "moses"\n')
+    cfg = study_config.load("cpu", overlay)
+    assert (cfg.src, cfg.tgt, cfg.modes) == ("en", "ro", None) and len(cfg.teachers) == 4
+    assert cfg.corpus == {"trainpref": str(corpus_dir / "train"), "validpref": str(corpus_dir / "dev"),
+                          "testpref": str(corpus_dir / "test"), "bpe_codes": str(corpus_dir / "bpe.codes"),
+                          "tokenizer": "moses"}
+    steps = {s.name: s for s in build_plan(cfg, tmp_path / "r")}
+    assert not [name for name in steps if name.startswith("modes.")]
+    own = PrepareConfig("en", "ro", cfg.vocab_size, train_limit=cfg.train_limit, **cfg.corpus)
+    assert steps["prepare"].settings["corpus"] == fingerprint(None, own)[0]  # the raw files' content
+
+
+@pytest.mark.parametrize("corpus, message", [
+    ('prepared = "p"\ntrainpref = "t"\n', "either prepared = DIR"),
+    ('trainpref = "t"\nvalidpref = "v"\n', "give validpref and testpref"),
+    ('prepared = "p"\ntokenizer = "moses"\n', "tokenizer apply to raw prefixes only"),
+    ('trainpref = 3\n', "expected str"),
+])
+def test_corpus_section_errors(tmp_path, corpus, message):
+    overlay = tmp_path / "c.toml"
+    overlay.write_text("[corpus]\n" + corpus)
+    with pytest.raises(ConfigError, match=message):
+        study_config.load("micro", overlay)
+    overlay.write_text('[corpus]\nprepared = "p"\n[students]\nfamilies = ["nat"]\n')
+    with pytest.raises(ConfigError, match=r"holds \[corpus\] and \[study\] src, tgt only"):
+        study_config.load("micro", overlay)
+
+
 # ------------------------------------------------------------------ runner
 
 
@@ -213,11 +256,26 @@ def test_runner_runs_independent_steps_side_by_side(tmp_path):
 # ------------------------------------------------------------------ micro profile, end to end
 
 
+def _small_multi30k(folder: Path, train: int = 120, evaluation: int = 100) -> str:
+    """The first lines of each Multi30k split (all four languages): the end-to-end profiles decode the
+    validation and test sets several times, and their size, not the models', sets the tests' time."""
+    from nat_kd.corpus import data_dir, iter_lines
+
+    folder.mkdir()
+    for file in data_dir().iterdir():
+        split, lang = file.name.split(".")[:2]
+        if lang in ("en", "de", "fr", "cs"):
+            lines = list(itertools.islice(iter_lines(file), train if split == "train" else evaluation))
+            (folder / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(folder)
+
+
 def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     from nat_kd.study.__main__ import main
 
     out = tmp_path / "study"
-    assert main(["micro", "--out", str(out)]) == 0
+    corpus = _small_multi30k(tmp_path / "multi30k")
+    assert main(["micro", "--out", str(out), "--data-dir", corpus]) == 0
     results = out / "results"
     for figure in ["students_vs_teacher_capacity.png", "born_again.png", "analysis/complexity_vs_faithfulness.png",
                    "modes/mode_mix.png"]:
@@ -246,12 +304,12 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     (results / "results.md").unlink()
     capsys.readouterr()
     # resumption: a second run finds every step done, runs none, and rewrites the results
-    assert main(["micro", "--out", str(out)]) == 0
+    assert main(["micro", "--out", str(out), "--data-dir", corpus]) == 0
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
     assert (results / "results.md").read_text() == text
     # --results-only re-renders the tables from the records without running or checking any step
     (results / "results.md").unlink()
-    assert main(["micro", "--out", str(out), "--results-only"]) == 0
+    assert main(["micro", "--out", str(out), "--data-dir", corpus, "--results-only"]) == 0
     assert "ran 0 step(s), 0 already done" in capsys.readouterr().out
     assert (results / "results.md").read_text().replace(" --results-only", "") == text
 
@@ -357,6 +415,22 @@ def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
     assert train_with_curve(tmp_path, budget, train, valid)["curve"] == result["curve"] and calls == []
 
 
+def test_a_failing_job_raises_with_its_log_and_a_finished_one_writes_its_streams(tmp_path):
+    """Jobs run in children of the preloaded job server: a module that fails is reported with its log's
+    tail, and one that succeeds leaves its stdout in the named file and its stderr in the log."""
+    from nat_kd.study.fairseq_jobs import run_logged
+
+    log = tmp_path / "job.log"
+    with pytest.raises(RuntimeError, match="(?s)exit status 1: python -m fairseq_cli.generate .*--path required for generation"):
+        run_logged("fairseq_cli.generate", [tmp_path / "missing-bin", "--task", "translation"], log, threads=1)
+    assert log.read_text().startswith(f"$ python -m fairseq_cli.generate {tmp_path / 'missing-bin'} --task")
+    out = tmp_path / "help.txt"
+    run_logged("nat_kd.generate_distilled", ["--help"], log, threads=1, stdout=out)
+    assert "--teacher-path" in out.read_text() and "--teacher-path" not in log.read_text()
+    with pytest.raises(ValueError, match="not preloaded"):
+        run_logged("fairseq_cli.preprocess", [], log, threads=1)
+
+
 # ------------------------------------------------------------------ kd-effect profile in miniature, end to end
 
 
@@ -364,7 +438,8 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
     from nat_kd.study.__main__ import main
 
     out = tmp_path / "kd"
-    assert main(["kd-effect-micro", "--out", str(out)]) == 0
+    corpus = _small_multi30k(tmp_path / "multi30k")
+    assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus]) == 0
     results = out / "results"
     text = (results / "results.md").read_text()
     steps = json.loads((results / "results.json").read_text())["steps"]
@@ -404,7 +479,7 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
             line = next(l for l in section.splitlines() if l.startswith(f"| {name} |"))
             assert "| - |" not in line, line
     capsys.readouterr()
-    assert main(["kd-effect-micro", "--out", str(out), "--list"]) == 0
+    assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus, "--list"]) == 0
     assert capsys.readouterr().out.split().count("done") == len(steps)
-    assert main(["kd-effect-micro", "--out", str(out)]) == 0
+    assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus]) == 0
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out

@@ -1,10 +1,16 @@
-"""The report's figures: complexity versus faithfulness (the study's main figure) and the mode mix."""
+"""The report's figures: complexity versus faithfulness (the study's main figure) and the mode mix; the
+dataset card draws its histograms with the same ``save_figure``."""
 from __future__ import annotations
 
+import logging
 import math
 import os
 
-import matplotlib
+# matplotlib logs its set-up and every font it tries at DEBUG, which fills the generator's log once fairseq has
+# loaded a checkpoint (loading leaves the root logger at DEBUG): quiet it before the import logs anything
+logging.getLogger("matplotlib").setLevel(logging.WARNING)
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # files only; no display on a training machine
 import matplotlib.pyplot as plt  # noqa: E402

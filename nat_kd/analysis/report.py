@@ -1,5 +1,7 @@
 """One table comparing the real data with distilled sets: complexity, faithfulness, reordering, BLEU and
-length ratio (plus the mode mix when per-language unigram texts are given), as Markdown, JSON and figures.
+length ratio (plus the mode mix when per-language unigram texts are given), and a table by source-word
+frequency (nat_kd.analysis.metrics.frequency), as Markdown, JSON and figures; the cards of distilled set
+folders are refreshed with the same numbers (nat_kd.analysis.card).
 
 A distilled set is either a directory holding ``<split>.<src>`` and ``<split>.<tgt>`` (raw, detokenised,
 line-aligned with the real data; optional ``meta.json`` whose ``name``/``strategy`` label the point), or
@@ -14,14 +16,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import sacrebleu
 from sacrebleu.utils import sum_of_lists
 
 from nat_kd import __version__, markdown
 from nat_kd.analysis.align import RECOMMENDED, AlignerOptions
+from nat_kd.analysis.card import frequency_markdown, refresh_card
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.analysis.metrics.base import TOKENIZE_BLOCK, TokenizedPairs, parallel_lines, unit_name
+from nat_kd.analysis.metrics.base import TOKENIZE_BLOCK, Signature, TokenizedPairs, parallel_lines, unit_name
 from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR, InterpolatedFaithfulness, missing_mass
+from nat_kd.analysis.metrics.frequency import DEFAULT_BUCKETS, Vocabulary, frequency_table, linked_pairs
+from nat_kd.analysis.metrics.reordering import line_scores
 from nat_kd.analysis.metrics.surface import surface_stats
 from nat_kd.analysis.plotting import plot_complexity_faithfulness, plot_mode_mix
 from nat_kd.analysis.tokenizers import Tokenizer
@@ -36,17 +42,32 @@ class DataSet:
     src: Path
     tgt: Path
     strategy: str = ""
+    directory: Path | None = None  # a distilled set's folder: the report refreshes its card and scores.tsv
 
 
-def set_from_dir(directory: str | Path, split: str, src_lang: str, tgt_lang: str) -> DataSet:
-    """A distilled set directory (``<split>.<lang>`` files, optional ``meta.json``)."""
+def set_from_dir(directory: str | Path, split: str | None, src_lang: str, tgt_lang: str) -> DataSet:
+    """A distilled set directory: the text files its meta.json names (whatever the split it was distilled
+    from), else ``<split>.<lang>`` (``split`` None: the one split the folder holds)."""
     distilled = DistilledSet(directory)
     if not distilled.root.is_dir():
         raise CorpusError(f"{distilled.root}: not a directory; pass a distilled set directory holding "
-                          f"{split}.{src_lang} and {split}.{tgt_lang}")
+                          f"SPLIT.{src_lang} and SPLIT.{tgt_lang}")
     meta = distilled.meta() or {}
-    return DataSet(str(meta.get("name") or distilled.root.name), split_file(distilled.root, split, src_lang),
-                   split_file(distilled.root, split, tgt_lang), str(meta.get("strategy", "")))
+    files = meta.get("files", {})
+    if files.get("source") and files.get("target") and split in (None, meta.get("split")):
+        src, tgt = distilled.root / files["source"], distilled.root / files["target"]
+    else:
+        if split is None:
+            src_splits, tgt_splits = ({p.name[:-len(lang) - 1] for p in distilled.root.glob(f"*.{lang}")}
+                                      for lang in (src_lang, tgt_lang))
+            splits = sorted(src_splits & tgt_splits)
+            if len(splits) != 1:
+                raise CorpusError(f"{distilled.root}: no meta.json, and {len(splits)} splits with both .{src_lang} "
+                                  f"and .{tgt_lang} files ({', '.join(splits) or 'none'}); pass --split")
+            split = splits[0]
+        src, tgt = split_file(distilled.root, split, src_lang), split_file(distilled.root, split, tgt_lang)
+    return DataSet(str(meta.get("name") or distilled.root.name), src, tgt, str(meta.get("strategy", "")),
+                   distilled.root if "files" in meta else None)  # written by the generator or nat_kd.mix
 
 
 def set_from_arg(text: str) -> DataSet:
@@ -66,6 +87,8 @@ class Report:
     rows: list[dict]
     signature: dict
     languages: list[str] = field(default_factory=list)
+    metric_signatures: dict = field(default_factory=dict)  # C(d), F(d), FRS: each its sacrebleu-style signature
+    sentence_frs: dict = field(default_factory=dict)  # set name -> each line's FRS (NaN: dropped or < 2 words)
 
     COLUMNS = (("name", "set", ""), ("strategy", "strategy", ""), ("sentences", "pairs", ""),
                ("complexity", "C(d)", ".4f"), ("faithfulness", "F(d)", ".4f"), ("missing_words", "words lost", ""),
@@ -80,14 +103,18 @@ class Report:
             lines += ["", "Mode mix (mean p(l|y)): " + "; ".join(
                 f"{row['name']}: " + ", ".join(f"{l}={row['mode_mix'][l]:.3f}" for l in self.languages)
                 for row in self.rows)]
+        if any("frequency_buckets" in row for row in self.rows):
+            lines += ["", "Source words by their count in the real data (C(d) within the bucket; of the word pairs "
+                      "the real data links, the share this set links too; the words that lose every pair):", "",
+                      frequency_markdown([(row["name"], row["frequency_buckets"]) for row in self.rows]).rstrip("\n")]
         lines += ["", "Settings: " + ", ".join(f"{k}={v}" for k, v in self.signature.items())]
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> str:
         clean = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
                  for row in self.rows]
-        return json.dumps({"rows": clean, "signature": self.signature, "languages": self.languages},
-                          indent=2, ensure_ascii=False) + "\n"
+        return json.dumps({"rows": clean, "signature": self.signature, "languages": self.languages,
+                           "metric_signatures": self.metric_signatures}, indent=2, ensure_ascii=False) + "\n"
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """report.md, report.json, complexity_vs_faithfulness.png (and mode_mix.png), each written atomically."""
@@ -103,14 +130,33 @@ class Report:
             plot_mode_mix(self.rows, self.languages, paths["modes_figure"])
         return paths
 
+    def refresh_cards(self, real: DataSet, sets: list[DataSet]) -> list[Path]:
+        """Each distilled set folder's card (with this report's C(d), F(d), FRS and frequency buckets) and its
+        scores.tsv (with each line's FRS); returns the folders refreshed."""
+        rows = {row["name"]: row for row in self.rows}
+        real_row, done = rows[real.name], []
+        for data in sets:
+            if data.directory is None:
+                continue
+            row = rows[data.name]
+            analysis = {key: row[key] for key in ("complexity", "faithfulness", "missing_words", "reordering",
+                                                  "frequency_buckets")}
+            analysis["real"] = {"name": real.name, **{key: real_row[key] for key in
+                                                       ("complexity", "reordering", "frequency_buckets")}}
+            analysis["signatures"] = self.metric_signatures
+            refresh_card(data.directory, reference=real.tgt, analysis=analysis, frs=self.sentence_frs[data.name])
+            done.append(data.directory)
+        return done
+
 
 class AnalysisReport:
     """Align every set with the same tokeniser and aligner settings, then score them all."""
 
     def __init__(self, tokenizer: Tokenizer, options: AlignerOptions = RECOMMENDED, aligner: str = "builtin",
                  log_base: str = "e", floor: float = DEFAULT_FLOOR, mode_texts: dict[str, list[str]] | None = None,
-                 drop_empty: bool = False):
+                 drop_empty: bool = False, buckets: list[int] = DEFAULT_BUCKETS):
         self.tokenizer, self.options, self.aligner, self.drop_empty = tokenizer, options, aligner, drop_empty
+        self.buckets = list(buckets)
         self.complexity = Complexity(log_base)
         self.faithfulness = Faithfulness(log_base, floor)
         self.reordering = Reordering()
@@ -124,15 +170,25 @@ class AnalysisReport:
         names = [real.name] + [d.name for d in distilled]
         if len(set(names)) != len(names):
             raise CorpusError(f"set names must differ, got {names}; name them with --set NAME=... or meta.json")
+        # the real data's row comes first: it sets the source-word counts and the linked pairs others are held to
+        self._vocabularies, self._frs = (Vocabulary(), Vocabulary()), {}
+        self._source_counts, self._real_links = None, None
         real_aligned = self._align(real)
         real_table = real_aligned.result.exported_table()
         rows = [self._row(real, real, real_aligned, real_table)]
         for data in distilled:
             rows.append(self._row(data, real, self._align(data), real_table))
         bleu_sig = str(self.bleu.get_signature())
-        signature = {**real_aligned.settings, "log": self.complexity.log_base, "floor": self.faithfulness.floor,
-                     "frs": "drop-unaligned,leftmost-target", "bleu": bleu_sig, "nat_kd": __version__}
-        return Report(rows, signature, self.modes.models.languages if self.modes else [])
+        settings, log = real_aligned.settings, self.complexity.log_base
+        signature = {**settings, "log": log, "floor": self.faithfulness.floor,
+                     "frs": "drop-unaligned,leftmost-target", "bleu": bleu_sig, "nat_kd": __version__,
+                     "frequency_buckets": f"real-source-count>={','.join(map(str, self.buckets))},pairs:viterbi-links"}
+        metric_signatures = {
+            "complexity": str(Signature("complexity", {**settings, "log": log})),
+            "faithfulness": str(Signature("faithfulness", {**settings, "log": log, "floor": self.faithfulness.floor})),
+            "reordering": str(Signature("reordering", {**settings, "frs": "drop-unaligned,leftmost-target"}))}
+        return Report(rows, signature, self.modes.models.languages if self.modes else [], metric_signatures,
+                      self._frs)
 
     def _align(self, data: DataSet):
         return align_corpus(iter_lines(data.src), iter_lines(data.tgt), self.tokenizer, self.options, self.aligner,
@@ -149,15 +205,38 @@ class AnalysisReport:
             stats = part if stats is None else [a + b for a, b in zip(stats, part)]
         return self.bleu._compute_score_from_stats(stats)
 
+    def _linked(self, data: DataSet, aligned) -> tuple[np.ndarray, Counter]:
+        """The set's linked word pairs (``frequency.linked_pairs``) and its source-word counts, from the tokens
+        the aligner saw (tokenised again, a block at a time)."""
+        names, counts = (str(data.src), str(data.tgt)), Counter()
+
+        def counted():
+            for src, tgt in TokenizedPairs(parallel_lines(iter_lines(data.src), iter_lines(data.tgt), names),
+                                           self.tokenizer, names, self.drop_empty):
+                counts.update(src)
+                yield src, tgt
+
+        return linked_pairs(counted(), aligned.result.alignment_shards(), *self._vocabularies), counts
+
     def _row(self, data: DataSet, real: DataSet, aligned, real_table) -> dict:
         table = aligned.result.exported_table()
+        complexity = self.complexity.table_score(table)
         faithfulness = self.faithfulness.table_score(real_table, table)  # same settings by construction
+        reordering = self.reordering.corpus_score(aligned.result.alignment_shards())
         bleu = self._bleu(data, real)
+        links, counts = self._linked(data, aligned)
+        if self._source_counts is None:
+            self._source_counts, self._real_links = counts, links
+        source_ids = self._vocabularies[0].ids
+        buckets = frequency_table({source_ids[w]: c for w, c in self._source_counts.items()}, self.buckets,
+                                  self._real_links, links, complexity.by_frequency(self._source_counts, self.buckets))
+        self._frs[data.name] = line_scores(aligned, reordering.sentences)
         row = {"name": data.name, "strategy": data.strategy, "sentences": aligned.pairs,
                "dropped_empty": aligned.dropped_empty,
-               "complexity": self.complexity.table_score(table).score,
+               "complexity": complexity.score,
                "faithfulness": faithfulness.score, "missing_words": faithfulness.missing_words,
-               "reordering": self.reordering.corpus_score(aligned.result.alignment_shards()).score,
+               "reordering": reordering.score,
+               "frequency_buckets": [b.as_dict() for b in buckets],
                "bleu": bleu.score, "length_ratio": bleu.sys_len / bleu.ref_len if bleu.ref_len else float("nan"),
                "src": str(data.src), "tgt": str(data.tgt)}
         if self.modes:
@@ -174,14 +253,12 @@ class DetailedAnalysisReport(AnalysisReport):
 
     def __init__(self, tokenizer: Tokenizer, *, buckets: list[int], floors: list[float], interpolation: float,
                  repeat_n: list[int], **kwargs):
-        super().__init__(tokenizer, **kwargs)
-        self.buckets, self.repeat_n = list(buckets), list(repeat_n)
+        super().__init__(tokenizer, buckets=buckets, **kwargs)
+        self.repeat_n = list(repeat_n)
         self.floored = [Faithfulness(self.complexity.log_base, floor) for floor in floors]
         self.interpolated = InterpolatedFaithfulness(interpolation, self.complexity.log_base)
-        self._source_counts: Counter | None = None
 
     def run(self, real: DataSet, distilled: list[DataSet]) -> Report:
-        self._source_counts = None  # set by the real data's row, the first
         report = super().run(real, distilled)
         report.signature |= {
             "complexity_buckets": f"real-source-count>={','.join(map(str, self.buckets))}",
@@ -196,8 +273,6 @@ class DetailedAnalysisReport(AnalysisReport):
         names = (str(data.src), str(data.tgt))
         pairs = list(TokenizedPairs(parallel_lines(iter_lines(data.src), iter_lines(data.tgt), names),
                                     self.tokenizer, names, self.drop_empty))
-        if self._source_counts is None:
-            self._source_counts = Counter(w for src, _ in pairs for w in src)
         table = aligned.result.exported_table()
         complexity = self.complexity.table_score(table)
         surface = surface_stats([" ".join(tgt) for _, tgt in pairs], self.repeat_n)

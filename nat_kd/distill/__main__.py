@@ -7,11 +7,15 @@
 Teacher: --teacher-path A.pt[:B.pt...] (several make an ensemble), with --teacher-data DIR if its dictionaries
 are not in the data folder recorded in the checkpoint (the same options as the word_kd criteria and
 nat_kd.teacher_topk; --teacher A.pt [B.pt ...] and --dict-dir still work, deprecated).
-Corpus: --prepared DIR (nat_kd.prepare output: bin/, raw/, spm.model), or --data BIN (fairseq-binarized) or
---source FILE (raw text), with --spm-model and, for the report and seq-inter, --reference FILE.
+Corpus: --prepared DIR (nat_kd.prepare output: bin/, raw/, spm.model), or --data BIN (any fairseq-binarized
+folder) or --source FILE (raw text); --reference FILE (raw), else the references are --data's target side.
+Text <-> the teacher's tokens: fairseq's --bpe/--tokenizer/--post-process (e.g. --bpe subword_nmt --bpe-codes
+CODES --tokenizer moses), or --spm-model M (= --bpe sentencepiece); default: the teacher checkpoint's, else
+none (then the text output and the scores stay on tokens, with a warning).
 Output (written atomically): SPLIT.SRC (the source), SPLIT.TGT (the distilled targets, detokenized), both
-line-aligned with the input; spm/ (pieces); bin/ (fairseq-binarized with the teacher's dictionaries, ready
-for fairseq-train); meta.json (teacher, strategy, every setting, counts, BLEU/chrF vs reference, timing).
+line-aligned with the input; spm/ (the teacher's own tokens); bin/ (fairseq-binarized with the teacher's
+dictionaries, ready for fairseq-train); meta.json (teacher, strategy, every setting, counts, BLEU/chrF vs
+reference, timing); scores.tsv and the dataset card.
 Backend: --backend fairseq (default, the reference) or ctranslate2 (the teacher converted once into
 --ct2-cache, about twice as fast on a CPU; --compute-type float32/int8, float16/bfloat16 on a GPU).
 Progress is saved in OUT.partial/ chunk by chunk: rerun the same command after a crash to finish.
@@ -29,15 +33,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nat_kd import cli
+from nat_kd import cli, tokenization
 from nat_kd.artifacts import PreparedCorpus
-from nat_kd.corpus import CorpusError
 
 from .backends import BACKENDS
 from .decoding import STRATEGIES, DecodingSettings
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; the options of the --bpe and --tokenizer named in ``argv`` (default: sys.argv) are added
+    as fairseq adds them."""
     p = argparse.ArgumentParser(prog="python -m nat_kd.generate_distilled", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     teacher = p.add_argument_group("teacher")
@@ -50,14 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
                               "(default: the data folder recorded in the checkpoint)")
     dictionaries.add_argument("--dict-dir", metavar="DIR", help="deprecated: --teacher-data")
     corpus = p.add_argument_group("corpus")
-    corpus.add_argument("--prepared", help="nat_kd.prepare output folder: sets --data DIR/bin, --spm-model "
-                        "DIR/spm.model, --source/--reference DIR/raw/SPLIT.{SRC,TGT} unless given")
+    corpus.add_argument("--prepared", help="nat_kd.prepare output folder: sets --data DIR/bin, the tokenization "
+                        "its manifest records (default DIR/spm.model), "
+                        "--source/--reference DIR/raw/SPLIT.{SRC,TGT} unless given")
     corpus.add_argument("--data", help="fairseq-binarized folder with SPLIT.SRC-TGT.SRC.{bin,idx}")
     corpus.add_argument("--source", help="raw source text (one sentence a line)")
     corpus.add_argument("--reference", help="raw reference targets, line-aligned (needed by seq-inter, and "
-                        "for the BLEU/chrF in meta.json)")
+                        "for the BLEU/chrF in meta.json; default: --data's target side of the split, decoded)")
     corpus.add_argument("--split", default="train", help="split name (default: train)")
-    corpus.add_argument("--spm-model", help="sentencepiece model (encodes raw sources, detokenizes outputs)")
+    tokenization.add_arguments(p, sys.argv[1:] if argv is None else argv)
     dec = p.add_argument_group("decoding")
     d = DecodingSettings()
     dec.add_argument("--strategy", default=d.strategy, choices=list(STRATEGIES))
@@ -117,23 +123,23 @@ def teacher_options(args) -> tuple[list[str], str | None]:
 def config_from_args(args):
     from .pipeline import DistillConfig
 
-    data, source, reference, spm_model = args.data, args.source, args.reference, args.spm_model
+    data, source, reference = args.data, args.source, args.reference
+    text_settings = tokenization.settings_from_args(args)
     if args.prepared:
         prepared = PreparedCorpus(args.prepared)
         src, tgt = prepared.language_pair()
         data = data or str(prepared.bin.root)
-        spm_model = spm_model or str(prepared.spm_model)
+        if text_settings is None:
+            text_settings = prepared.tokenization()
         source = source or str(prepared.raw(args.split, src))
         reference = reference or str(prepared.raw(args.split, tgt))
-    if not spm_model:
-        raise CorpusError("pass --spm-model (or --prepared): it detokenizes the teacher's output")
     teachers, dict_dir = teacher_options(args)
     settings = DecodingSettings(
         strategy=args.strategy, beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
         max_len_b=args.max_len_b, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         seed=args.seed, seq_inter_metric=args.seq_inter_metric)
     return DistillConfig(
-        teachers=teachers, out_dir=args.out, spm_model=spm_model, split=args.split, source=source,
+        teachers=teachers, out_dir=args.out, tokenization=text_settings, split=args.split, source=source,
         data_dir=data, reference=reference, dict_dir=dict_dir, decoding=settings, name=args.name,
         max_tokens=args.max_tokens, max_sentences=args.max_sentences, chunk_sentences=args.chunk_sentences,
         num_shards=args.num_shards, shard_id=args.shard_id, merge_only=args.merge, workers=args.workers,
@@ -143,7 +149,7 @@ def config_from_args(args):
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     cli.setup_logging()
 
     def body() -> int:

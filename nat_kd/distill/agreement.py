@@ -41,7 +41,7 @@ def check_against_fairseq(session: Session, count: int, threads: int) -> dict:
     references = session.corpus.references
     if references is not None:
         refs = [references[i] for i in ids]
-        bleu = {name: sacrebleu.corpus_bleu(session.sp.decode([p.split() for p in hyps]), [refs]).score
+        bleu = {name: sacrebleu.corpus_bleu(session.codecs[1].decode_all(hyps), [refs]).score
                 for name, hyps in (("fairseq", theirs), (session.cfg.backend, ours))}
         result.update({"bleu_fairseq": round(bleu["fairseq"], 4), f"bleu_{session.cfg.backend}":
                        round(bleu[session.cfg.backend], 4),

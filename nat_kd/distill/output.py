@@ -5,6 +5,8 @@ import shutil
 from pathlib import Path
 
 from nat_kd import atomic
+from nat_kd.analysis.card import build_card, write_card
+from nat_kd.analysis.metrics.sentence import SentenceScores
 from nat_kd.artifacts import BinarizedData, DistilledSet
 
 
@@ -62,9 +64,11 @@ def copy_other_splits(data_dir: Path | None, bin_dir: Path, split: str, src: str
 
 def write_output(out_dir: Path, *, split: str, src: str, tgt: str, source_text: list[str],
                  source_tokens: list, source_pieces: list[str], target_pieces: list[str], target_text: list[str],
-                 dict_dir: Path, meta: dict, data_dir: Path | None = None, bin_left_out: list[int] = ()) -> None:
-    """The distilled set; the text and spm/ files have every line, bin/ all but the ``bin_left_out`` lines
-    (1-based: pairs that would only add noise to a training set, such as empty sources)."""
+                 dict_dir: Path, meta: dict, data_dir: Path | None = None, bin_left_out: list[int] = (),
+                 references: list[str] | None = None, sentence_scores: SentenceScores | None = None) -> None:
+    """The whole set in a temporary folder renamed into place: texts and pieces with every line, bin/ with all
+    but the ``bin_left_out`` lines (1-based: pairs that would only add noise to a training set, such as empty
+    sources), meta.json, and each line's scores with the dataset card when ``sentence_scores`` are given."""
     if not (len(source_text) == len(source_pieces) == len(target_pieces) == len(target_text)):
         raise AssertionError("distilled output is not line-aligned with the source; this is a bug")
     with atomic.building_directory(out_dir) as work:
@@ -79,3 +83,7 @@ def write_output(out_dir: Path, *, split: str, src: str, tgt: str, source_text: 
                  [target_pieces[i] for i in kept])
         meta["files"]["original_splits_in_bin"] = copy_other_splits(data_dir, distilled.bin.root, split, src, tgt)
         atomic.write_json(distilled.meta_file, meta)
+        if sentence_scores is not None:
+            sentence_scores.write(distilled.scores_file)
+            write_card(distilled, build_card(meta, source=source_text, reference=references, target=target_text,
+                                             scores=sentence_scores), sentence_scores)

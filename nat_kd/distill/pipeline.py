@@ -12,9 +12,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from nat_kd import __version__, atomic
+from nat_kd.analysis.metrics.sentence import SentenceScorer, SentenceScores
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
+from nat_kd.tokenization import TokenizationSettings
 
 from .agreement import check_against_fairseq
 from .backends import backend_class
@@ -32,11 +36,13 @@ logger = logging.getLogger("nat_kd.generate_distilled")
 class DistillConfig:
     teachers: list[str]
     out_dir: str
-    spm_model: str
+    spm_model: str | None = None  # a shortcut: tokenization=TokenizationSettings.sentencepiece(spm_model)
     split: str = "train"
-    source: str | None = None  # raw source text (encoded with spm_model), or the source text of --data
+    source: str | None = None  # raw source text (encoded into the teacher's tokens), or the source text of --data
     data_dir: str | None = None  # fairseq-binarized folder holding SPLIT.SRC-TGT.SRC.{bin,idx}
-    reference: str | None = None  # raw reference targets, line-aligned with the source
+    reference: str | None = None  # raw reference targets, line-aligned (default: data_dir's target side, decoded)
+    # text <-> the teacher's tokens (fairseq's --bpe/--tokenizer/--post-process); None: the checkpoint's
+    tokenization: TokenizationSettings | None = None
     dict_dir: str | None = None  # the teacher's dictionaries (default: the folder it was trained on)
     decoding: DecodingSettings = field(default_factory=DecodingSettings)
     name: str | None = None  # recorded in meta.json (default: the output folder's name)
@@ -69,6 +75,14 @@ class DistillConfig:
             raise SettingsError("--fp16 is for the fairseq backend; with --backend ctranslate2 use --compute-type "
                                 "float16 (or bfloat16) on a GPU")
 
+    def __post_init__(self):
+        if self.spm_model is not None:
+            if self.tokenization is not None:
+                raise SettingsError("spm_model is a shortcut for tokenization=TokenizationSettings.sentencepiece(...): "
+                                    "give one of the two")
+            self.tokenization = TokenizationSettings.sentencepiece(self.spm_model)
+            self.spm_model = None
+
 
 @dataclass
 class DistillResult:
@@ -85,7 +99,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     atomic.remove_stale_builds(out_dir)  # left by a merge killed mid-write
     pieces: list[str | None] = [None] * len(corpus)
     target_text: list[str | None] = [None] * len(corpus)
-    statistics, decode_seconds = [], 0.0
+    statistics, decode_seconds, line_scores = [], 0.0, {}
     for index in range(len(chunks)):
         result = store.load(index)
         decode_seconds += result["seconds"]
@@ -93,6 +107,8 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
             statistics.append(result["statistics"])
         for sentence_id, piece_line, text in zip(result["ids"], result["pieces"], result["text"]):
             pieces[sentence_id], target_text[sentence_id] = piece_line, text
+        for name, values in result["scores"].items():
+            line_scores.setdefault(name, np.full(len(corpus), np.nan))[result["ids"]] = values
     lost = [i + 1 for i, p in enumerate(pieces) if p is None]
     if lost:
         raise ProgressError(f"{len(lost)} sentences have no output (lines {lost[:10]}...); delete {store.dir} "
@@ -100,12 +116,15 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     out = DistilledSet(out_dir)
     bin_left_out = [] if cfg.keep_empty_lines else corpus.empty_lines
+    teacher_meta = {**teacher.describe(), "sha256": session.fingerprint()["teachers"],
+                    "parameters": sum(p.numel() for model in teacher.models for p in model.parameters())}
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
         "seed": cfg.decoding.seed, "backend": backend_class(cfg.backend).describe(cfg),
-        "teacher": teacher.describe(), "corpus": corpus.source_description,
+        "teacher": teacher_meta, "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
+        "tokenization": session.tokenization.describe(),
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
         "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
         "empty_outputs": sum(1 for p in pieces if not p),
@@ -120,13 +139,16 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
                   "target": out.text(cfg.split, teacher.target_lang).name,
                   "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/",
                   # empty sources have an empty target in the text files, and no pair in bin/ by default
-                  "binarized_sentences": len(corpus) - len(bin_left_out), "binarized_left_out_lines": bin_left_out},
+                  "binarized_sentences": len(corpus) - len(bin_left_out), "binarized_left_out_lines": bin_left_out,
+                  "scores": out.scores_file.name, "card": [out.card_markdown.name, out.card_json.name]},
     }
     write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
                  source_text=corpus.source_text, source_tokens=corpus.source_tokens,
                  source_pieces=source_pieces, target_pieces=pieces,
                  target_text=target_text, dict_dir=teacher.dict_dir, meta=meta,
-                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None, bin_left_out=bin_left_out)
+                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None, bin_left_out=bin_left_out,
+                 references=corpus.references,
+                 sentence_scores=SentenceScores(line_scores, SentenceScorer().settings))
     # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
     meta["timing"]["wall_seconds"] = round(time.perf_counter() - started, 3)
     atomic.write_json(out.meta_file, meta)

@@ -12,15 +12,17 @@ from __future__ import annotations
 import sacrebleu
 from sacrebleu.utils import sum_of_lists
 
+from nat_kd.analysis.metrics.sentence import length_ratio, sacrebleu_statistics
+
 
 def _metrics():
     return {"bleu": sacrebleu.BLEU(), "chrf": sacrebleu.CHRF()}
 
 
-def statistics(hypotheses: list[str], references: list[str]) -> dict:
-    """Summed sacrebleu statistics of BLEU and chrF, and the sum of per-sentence word-count ratios."""
-    out = {name: [int(x) for x in sum_of_lists(metric._extract_corpus_statistics(hypotheses, [references]))]
-           for name, metric in _metrics().items()}
+def statistics(hypotheses: list[str], references: list[str], per_line: dict[str, list] | None = None) -> dict:
+    """Summed sacrebleu statistics of BLEU and chrF (``per_line``: the lines' own, if already extracted)."""
+    per_line = per_line or sacrebleu_statistics(hypotheses, references)
+    out = {name: [int(x) for x in sum_of_lists(per_line[name])] for name in _metrics()}
     out["sentences"] = len(hypotheses)
     return out
 
@@ -35,7 +37,7 @@ def scores(parts: list[dict], hypotheses: list[str], references: list[str] | Non
     bleu, chrf = (metrics[name]._aggregate_and_compute([part[name] for part in parts]) for name in ("bleu", "chrf"))
     if sum(part["sentences"] for part in parts) != len(hypotheses):
         raise AssertionError("score statistics do not cover every sentence; this is a bug")
-    ratios = [len(h.split()) / max(1, len(r.split())) for h, r in zip(hypotheses, references)]
+    ratios = [length_ratio(h, r) for h, r in zip(hypotheses, references)]
     return {"bleu": round(bleu.score, 4), "chrf": round(chrf.score, 4),
             "bleu_signature": str(metrics["bleu"].get_signature()),
             "chrf_signature": str(metrics["chrf"].get_signature()),

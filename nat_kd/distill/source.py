@@ -1,8 +1,10 @@
 """The input of a distillation: source token ids in the teacher's dictionary, the source text, the references.
 
-Either raw text (encoded here with the sentencepiece model) or a fairseq-binarized split. Long sources are
-truncated to the teacher's maximum positions; empty sources are not decoded (an empty target); both are recorded
-(1-based line numbers) rather than dropped, so the output always has one line per input line.
+Either raw text (encoded here into the teacher's tokens, tokenization.py) or a fairseq-binarized split. The
+references are raw text, or else the binarized target side decoded to text the same way as the teacher's
+output. Long sources are truncated to the teacher's maximum positions; empty sources are not decoded (an empty
+target); both are recorded (1-based line numbers) rather than dropped, so the output always has one line per
+input line.
 """
 from __future__ import annotations
 
@@ -47,23 +49,10 @@ class DistillCorpus:
         return digest.hexdigest()
 
 
-def load_sentencepiece(path: str | Path):
-    import sentencepiece as spm
-
-    path = Path(path)
-    if not path.is_file():
-        raise CorpusError(f"sentencepiece model {path} does not exist; pass --spm-model (nat_kd.prepare writes "
-                          "DATA/spm.model)")
-    try:
-        return spm.SentencePieceProcessor(model_file=str(path))
-    except Exception as err:
-        raise CorpusError(f"cannot load sentencepiece model {path}: {err}") from None
-
-
-def encode_text(lines: list[str], sp, dictionary) -> list[torch.Tensor]:
-    """Raw lines -> sentencepiece pieces -> ids in ``dictionary`` with EOS appended, as fairseq-preprocess does."""
-    pieces = sp.encode(lines, out_type=str)
-    return [dictionary.encode_line(" ".join(p), add_if_not_exist=False, append_eos=True).long() for p in pieces]
+def encode_text(lines: list[str], codec, dictionary) -> list[torch.Tensor]:
+    """Raw lines -> the teacher's tokens -> ids in ``dictionary`` with EOS appended, as fairseq-preprocess does."""
+    return [dictionary.encode_line(tokens, add_if_not_exist=False, append_eos=True).long()
+            for tokens in codec.encode_all(lines)]
 
 
 def token_strings(dictionary, tokens: list[torch.Tensor]) -> list[str]:
@@ -101,20 +90,23 @@ def load_binarized(data_dir: Path, split: str, lang: str, pair: str, dictionary)
     return [dataset[i].long() for i in range(len(dataset))]
 
 
-def reference_sizes(*, teacher, sp, split: str, data_dir: str | None, references: list[str] | None,
-                    count: int) -> np.ndarray | None:
+def _target_side(data_dir: str | None, split: str, teacher):
+    """The binarized target side of ``split`` in ``data_dir`` (a fairseq dataset), or None if there is none."""
+    if not data_dir:
+        return None, None
+    prefix = BinarizedData(data_dir).prefix(split, teacher.source_lang, teacher.target_lang, teacher.target_lang)
+    return _binarized(prefix, teacher.tgt_dict), prefix
+
+
+def reference_sizes(*, codec, target_side, references: list[str] | None) -> np.ndarray | None:
     """Each reference's length in target tokens, EOS included, as fairseq-preprocess would store it: from the
-    binarized target side when there is one, else from the raw references through sentencepiece; None when
-    there are no references (batches then follow the source alone)."""
-    if data_dir:
-        prefix = BinarizedData(data_dir).prefix(split, teacher.source_lang, teacher.target_lang, teacher.target_lang)
-        dataset = _binarized(prefix, teacher.tgt_dict)
-        if dataset is not None:
-            _check_count("binarized target", prefix, len(dataset), count, "the source")
-            return np.asarray(dataset.sizes, dtype=np.int64)
+    binarized target side when there is one, else from the raw references through the teacher's encoders;
+    None when there are no references (batches then follow the source alone)."""
+    if target_side is not None:
+        return np.asarray(target_side.sizes, dtype=np.int64)
     if references is None:
         return None
-    return np.array([len(pieces) + 1 for pieces in sp.encode(references, out_type=str)], dtype=np.int64)
+    return np.array([len(tokens.split()) + 1 for tokens in codec.encode_all(references)], dtype=np.int64)
 
 
 def _check_count(what: str, path, count: int, expected: int, against: str) -> None:
@@ -133,9 +125,13 @@ def truncate(tokens: list[torch.Tensor], max_source: int, eos: int) -> list[int]
     return cut
 
 
-def load_corpus(*, teacher, sp, split: str, source: str | None = None, data_dir: str | None = None,
+def load_corpus(*, teacher, codecs, split: str, source: str | None = None, data_dir: str | None = None,
                 reference: str | None = None) -> DistillCorpus:
-    """The corpus from raw ``source`` text, or from binarized ``data_dir`` (``source`` then only gives the text)."""
+    """The corpus from raw ``source`` text, or from binarized ``data_dir`` (``source`` then only gives the text).
+
+    ``codecs``: the Tokenization of the source and of the target language. References: ``reference`` (raw
+    text), else the binarized target side of ``data_dir``, decoded."""
+    source_codec, target_codec = codecs
     src_dict, eos = teacher.src_dict, teacher.src_dict.eos()
     pair = f"{teacher.source_lang}-{teacher.target_lang}"
     description = {"split": split}
@@ -143,25 +139,31 @@ def load_corpus(*, teacher, sp, split: str, source: str | None = None, data_dir:
     if data_dir:
         tokens = load_binarized(Path(data_dir), split, teacher.source_lang, pair, src_dict)
         description["binarized"] = str(Path(data_dir).resolve())
-        if text is None:  # no raw text given: the source copy is the detokenized binarized source
-            text = sp.decode([line.split() for line in token_strings(src_dict, tokens)])
+        if text is None:  # no raw text given: the source copy is the decoded binarized source
+            text = source_codec.decode_all(token_strings(src_dict, tokens))
         else:
             _check_count("source", source, len(text), len(tokens), f"binarized {data_dir} ({split})")
     elif text is not None:
-        tokens = encode_text(text, sp, src_dict)
+        tokens = encode_text(text, source_codec, src_dict)
     else:
         raise CorpusError("no corpus given: pass --source (raw text), --data (binarized) or --prepared")
     if source:
         description["source"] = str(Path(source).resolve())
+    target_side, target_prefix = _target_side(data_dir, split, teacher)
+    if target_side is not None:
+        _check_count("binarized target", target_prefix, len(target_side), len(tokens), "the source")
     references = None
     if reference:
         references = read_lines(reference)
         _check_count("reference", reference, len(references), len(tokens), f"the source ({source or data_dir})")
         description["reference"] = str(Path(reference).resolve())
+    elif target_side is not None:
+        references = target_codec.decode_all(token_strings(teacher.tgt_dict, [target_side[i].long()
+                                                                       for i in range(len(target_side))]))
+        description["reference"] = f"{target_prefix}.bin (the binarized target side, decoded)"
     if not tokens:
         raise CorpusError(f"the source ({source or data_dir}) is empty: nothing to distil")
     empty = [i + 1 for i, t in enumerate(tokens) if len(t) <= 1]
     truncated = truncate(tokens, teacher.max_positions[0], eos)
-    sizes = reference_sizes(teacher=teacher, sp=sp, split=split, data_dir=data_dir, references=references,
-                            count=len(tokens))
+    sizes = reference_sizes(codec=target_codec, target_side=target_side, references=references)
     return DistillCorpus(tokens, text, references, truncated, empty, description, sizes)

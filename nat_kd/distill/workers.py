@@ -6,6 +6,7 @@ Workers are spawned, not forked: each loads its own teacher, and nothing is inhe
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import os
 import sys
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from nat_kd.analysis.metrics.sentence import SentenceScorer, sacrebleu_statistics
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 
@@ -57,23 +59,28 @@ def parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
 
 
 class Session:
-    """Everything loaded once per process: teacher, sentencepiece, corpus, fairseq dataset, chunk plan."""
+    """Everything loaded once per process: teacher, its encoders (tokenization.py), corpus, fairseq dataset,
+    chunk plan."""
 
     def __init__(self, cfg: DistillConfig, device: str = "cpu"):
         from fairseq_plugins.teacher import TeacherEnsemble
 
-        from .source import load_corpus, load_sentencepiece
+        from .source import load_corpus
+        from nat_kd.tokenization import Tokenization, resolve
 
         self.cfg, self.device = cfg, device
         self.strategy = build_strategy(cfg.decoding)
-        if self.strategy.needs_reference and not cfg.reference:
-            raise SettingsError(f"strategy {self.strategy.name} reranks against the reference: pass --reference")
         self.teacher = TeacherEnsemble.load(cfg.teachers, cfg.dict_dir)
         if cfg.data_dir:
             self.teacher.check_data_folder(cfg.data_dir)
-        self.sp = load_sentencepiece(cfg.spm_model)
-        self.corpus = load_corpus(teacher=self.teacher, sp=self.sp, split=cfg.split, source=cfg.source,
+        self.tokenization = resolve(cfg.tokenization, self.teacher.config)
+        self.codecs = (Tokenization(self.tokenization, self.teacher.source_lang),
+                       Tokenization(self.tokenization, self.teacher.target_lang))
+        self.corpus = load_corpus(teacher=self.teacher, codecs=self.codecs, split=cfg.split, source=cfg.source,
                                   data_dir=cfg.data_dir, reference=cfg.reference)
+        if self.strategy.needs_reference and self.corpus.references is None:
+            raise SettingsError(f"strategy {self.strategy.name} reranks against the reference: pass --reference, "
+                                "or binarized data (--data) with the split's target side")
         self.dataset = self._dataset()
         if device != "cpu" and cfg.backend == "fairseq":
             import torch
@@ -129,7 +136,7 @@ class Session:
                 "backend": backend_class(cfg.backend).describe(cfg),
                 "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
-                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, "spm_model": sha256_file(cfg.spm_model),
+                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, **self.tokenization.fingerprint(),
                 "keep_empty_lines": cfg.keep_empty_lines}
         return self._fingerprint
 
@@ -143,35 +150,42 @@ class ChunkDecoder:
     target is empty."""
 
     def __init__(self, session: Session, threads: int = 1, backend=None):
-        self.strategy, self.sp, self.references = session.strategy, session.sp, session.corpus.references
+        self.strategy, self.references = session.strategy, session.corpus.references
+        self.codec = session.codecs[1]
         if self.strategy.needs_reference and self.references is None:
             raise SettingsError(f"{self.strategy.name} needs the references (--reference)")
         self.empty = {line - 1 for line in session.corpus.empty_lines}
         self.backend = backend or build_backend(session, threads)
+        self.scorer = SentenceScorer()
 
-    def decode_batch(self, ids: list[int]) -> list[tuple[int, str, float | None]]:
-        """(sentence id, pieces of the kept hypothesis, its teacher log-probability per token) for each sentence
-        of one batch; an empty source gets an empty target and no log-probability."""
-        out = [(i, "", None) for i in ids if i in self.empty]
+    def decode_batch(self, ids: list[int]) -> list[tuple[int, str, float]]:
+        """(sentence id, pieces of the kept hypothesis, its length-normalised log-probability: the backend's
+        ``Hypothesis.logprob``) for each sentence of one batch; an empty source gets an empty target and a NaN
+        log-probability (nothing was decoded)."""
+        out = [(i, "", math.nan) for i in ids if i in self.empty]
         decoded = self.backend.decode([i for i in ids if i not in self.empty]) if len(out) < len(ids) else []
         for sentence_id, nbest in decoded:
             best = nbest[0]
             if self.strategy.needs_reference:
-                texts = self.sp.decode([h.pieces.split() for h in nbest])
+                texts = self.codec.decode_all([h.pieces for h in nbest])
                 best = nbest[self.strategy.choose(texts, self.references[sentence_id])]
-            out.append((sentence_id, best.pieces, best.log_prob))
+            out.append((sentence_id, best.pieces, best.logprob))
         return out
 
     def decode_chunk(self, batches: list[list[int]]) -> dict:
-        """The chunk's sentences in id order: pieces and text; with references, the chunk's summed BLEU/chrF
-        statistics (see scores)."""
+        """The chunk's sentences in id order: pieces, text and log-probability; with references, the chunk's
+        summed BLEU/chrF statistics (see scores); and each line's scores (nat_kd.analysis.metrics.sentence)."""
         start = time.perf_counter()
         results = sorted(row for batch in batches for row in self.decode_batch(batch))
-        chunk = {"ids": [i for i, _, _ in results], "pieces": [p for _, p, _ in results],
-                 "log_probs": [lp for _, _, lp in results]}
-        chunk["text"] = self.sp.decode([p.split() for p in chunk["pieces"]])
+        chunk = {"ids": [i for i, _, _ in results], "pieces": [p for _, p, _ in results]}
+        chunk["text"] = self.codec.decode_all(chunk["pieces"])
+        references, per_line = None, None
         if self.references is not None:
-            chunk["statistics"] = statistics(chunk["text"], [self.references[i] for i in chunk["ids"]])
+            references = [self.references[i] for i in chunk["ids"]]
+            per_line = sacrebleu_statistics(chunk["text"], references)
+            chunk["statistics"] = statistics(chunk["text"], references, per_line)
+        scores = self.scorer.score(chunk["text"], references, per_line, [lp for _, _, lp in results])
+        chunk["scores"] = {name: values.tolist() for name, values in scores.columns.items()}
         chunk["seconds"] = round(time.perf_counter() - start, 3)
         return chunk
 

@@ -1,4 +1,4 @@
-"""Command line: ``python -m nat_kd.study PROFILE_OR_CONFIG [--out DIR] [--jobs N] [--data-dir DIR]``.
+"""Command line: ``python -m nat_kd.study PROFILE_OR_CONFIG [--out DIR] [--jobs N] [--data-dir DIR | --corpus C.toml]``.
 
 Runs every step of the study that is not done yet (a killed study resumes where it stopped), then writes
 the results folder: OUT/results/results.md (tables), *.png (figures), results.json, config.toml.
@@ -31,6 +31,8 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, help="steps run at once (default: the config's [study] jobs)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per step (default 1)")
     p.add_argument("--data-dir", help="raw Multi30k folder (default: $NAT_KD_DATA, else ../shared/data/multi30k)")
+    p.add_argument("--corpus", metavar="CORPUS.toml", help="your own corpus instead of Multi30k: a TOML file with a "
+                   "[corpus] section (and [study] src, tgt) that replaces the config's (docs/study.md)")
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
     p.add_argument("--results-only", action="store_true",
                    help="rewrite the results folder from the step records there are; run nothing")
@@ -44,8 +46,9 @@ def _study(args, argv) -> int:
     _configure_logging()
     from .results import write_results  # imports matplotlib
 
-    cfg = load(args.config)
-    out = Path(args.out or f"runs/study/{cfg.name}")
+    cfg = load(args.config, args.corpus)
+    # absolute: the model jobs run in the checkout, wherever the study was started from
+    out = Path(args.out or f"runs/study/{cfg.name}").resolve()
     steps = build_plan(cfg, out / "results", args.data_dir)
     runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads)
     if args.list:

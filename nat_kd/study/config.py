@@ -106,6 +106,9 @@ class StudyConfig:
     born_again_shape: ModelShape
     modes: dict | None  # the multi-modality experiment (None: skipped)
     source: Path | None = None
+    # [corpus]: your own corpus instead of Multi30k (None): {"prepared": DIR} (nat_kd.prepare output) or
+    # nat_kd.prepare's own-corpus settings {"trainpref": ..., "validpref": ..., "testpref": ..., "bpe_codes": ...}
+    corpus: dict | None = None
 
 
 def profile_path(name_or_path: str) -> Path:
@@ -146,12 +149,29 @@ def _dataclass(cls, table: dict, where: str, **fixed):
     return cls(**values)
 
 
-def load(path: str | Path) -> StudyConfig:
-    path = profile_path(str(path))
+def _read_toml(path: Path) -> dict:
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: {err}") from None
+
+
+def load(path: str | Path, corpus: str | Path | None = None) -> StudyConfig:
+    """The config (a bundled profile's name or a TOML file); ``corpus``: a TOML file whose [corpus] section
+    (and [study] src, tgt) replace the config's, to run a profile on your own corpus."""
+    path = profile_path(str(path))
+    raw = _read_toml(path)
+    if corpus is not None:
+        corpus = Path(corpus)
+        overlay = _read_toml(corpus)
+        study = overlay.pop("study", {})
+        if set(overlay) - {"corpus"} or set(study) - {"src", "tgt"}:
+            raise ConfigError(f"{corpus}: a corpus file holds [corpus] and [study] src, tgt only; other settings go "
+                              "in the config")
+        raw["study"] = {**raw.get("study", {}), **study}
+        raw["corpus"] = {**overlay.get("corpus", {}), "_base": str(corpus.resolve().parent)}
+    elif "corpus" in raw:
+        raw["corpus"] = {**raw["corpus"], "_base": str(path.resolve().parent)}
     try:
         return _build(raw, path)
     except ConfigError as err:
@@ -255,7 +275,10 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     born_shape = _dataclass(ModelShape, born.pop("model", {}), "[born_again.model]") if rounds else student_shape
     _no_leftovers(born, where)
 
+    corpus = _corpus(raw.pop("corpus", None))
     modes = raw.pop("modes", None)
+    if corpus is not None:
+        modes = None  # the multi-modality experiment needs Multi30k's four languages
     if modes is not None:
         section, where = dict(modes), "[modes]"
         modes = {"train_limit": _take(section, "train_limit", 0, where, int) or None,
@@ -267,4 +290,34 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     _no_leftovers(raw, "top level")
     return StudyConfig(name, src, tgt, vocab_size, train_limit, jobs, teachers, teacher_training, distilled,
                        decoding, max_tokens, families, student_shape, student_training, evaluation, analysis, rounds,
-                       born_student, born_shape, modes, path)
+                       born_student, born_shape, modes, path, corpus)
+
+
+CORPUS_FILES = ("prepared", "trainpref", "validpref", "testpref", "spm_model", "bpe_codes")
+
+
+def _corpus(section: dict | None) -> dict | None:
+    """[corpus], checked, its paths made absolute (relative paths are relative to the file that gives them)."""
+    if section is None:
+        return None
+    section, where = dict(section), "[corpus]"
+    base = Path(section.pop("_base"))
+    out = {}
+    for key in CORPUS_FILES:
+        value = _take(section, key, None, where, str)
+        if value is not None:
+            out[key] = str(base / value)
+    for key, kind in (("tokenizer", str), ("pretokenized", bool), ("joined_dictionary", bool)):
+        value = _take(section, key, None, where, kind)
+        if value is not None:
+            out[key] = value
+    _no_leftovers(section, where)
+    if ("prepared" in out) == ("trainpref" in out):
+        raise ConfigError(f"{where}: give either prepared = DIR (nat_kd.prepare output) or trainpref, validpref and "
+                          "testpref (raw files PREFIX.SRC and PREFIX.TGT)")
+    if "prepared" in out and len(out) > 1:
+        raise ConfigError(f"{where}: prepared = DIR is a finished corpus; {', '.join(sorted(set(out) - {'prepared'}))} "
+                          "apply to raw prefixes only")
+    if "trainpref" in out and not {"validpref", "testpref"} <= set(out):
+        raise ConfigError(f"{where}: the study validates and reports on valid and test: give validpref and testpref")
+    return out

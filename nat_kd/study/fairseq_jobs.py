@@ -2,12 +2,17 @@
 nat_kd.generate_distilled, each in its own process (one torch thread), its output appended to the step's log.
 
 Every command passes --required-batch-size-multiple 1 (fairseq's default of 8 drops the longest sentences).
+
+Each job is a child forked from a server that imported fairseq, the plugins and the generator once
+(multiprocessing's forkserver). A fresh interpreter spends seconds importing fairseq, more than a micro
+model's whole job; the server itself never computes, so forking it is safe for torch's thread pools.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
@@ -15,34 +20,67 @@ import sacrebleu
 
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
 from nat_kd.artifacts import DistilledSet
+from nat_kd.tokenization import TokenizationSettings
 
 from .config import ModelShape, Training
 
 ROOT = Path(__file__).resolve().parents[2]
+_MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distilled")
+_forkserver = multiprocessing.get_context("forkserver")
+_forkserver.set_forkserver_preload(["fairseq_plugins", __name__, *_MODULES])
 
 
-def run_logged(cmd: list, log: Path, threads: int, stdout: Path | None = None) -> None:
-    """Run ``cmd``, appending its output to ``log`` (with the command line first), or only its stderr when
-    ``stdout`` names a file for the rest; raise on failure with the log's last lines."""
-    cmd = [str(c) for c in cmd]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+def _run_module(module: str, args: list[str], log: str, stdout: str | None, threads: int, done) -> None:
+    """In the forked child: ``python -m module args`` with its streams on the step's files; sends True on
+    ``done`` when the module ran to its end."""
+    import torch
+
+    os.chdir(ROOT)
+    os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    torch.set_num_threads(threads)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(log, "a", encoding="utf-8") as err:
+        os.dup2(err.fileno(), 2)
+    if stdout is None:
+        os.dup2(2, 1)
+    else:
+        with open(stdout, "w", encoding="utf-8") as out:
+            os.dup2(out.fileno(), 1)
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        if stop.code not in (None, 0):
+            raise
+    done.send(True)
+
+
+def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | None = None) -> None:
+    """``python -m module args``, appending its output to ``log`` (with the command line first), or only its
+    stderr when ``stdout`` names a file for the rest; raise on failure with the log's last lines."""
+    if module not in _MODULES:
+        raise ValueError(f"{module} is not preloaded by the job server; add it to _MODULES")
+    args = [str(a) for a in args]
     with open(log, "a", encoding="utf-8") as handle:
-        handle.write("$ " + " ".join(cmd) + "\n")
-        handle.flush()
-        out = open(stdout, "w", encoding="utf-8") if stdout else handle
-        try:
-            code = subprocess.call(cmd, cwd=ROOT, env=env, stdout=out,
-                                   stderr=handle if stdout else subprocess.STDOUT)
-        finally:
-            if stdout:
-                out.close()
-    if code != 0:
+        handle.write("$ " + " ".join(["python", "-m", module, *args]) + "\n")
+    # The child says itself that it finished: under load, Python's forkserver can lose a child's exit status
+    # and report 255 for a job that succeeded (python/cpython#140867), seen here with two jobs at once.
+    receive, send = _forkserver.Pipe(duplex=False)
+    job = _forkserver.Process(target=_run_module,
+                              args=(module, args, str(log), stdout and str(stdout), threads, send))
+    job.start()
+    send.close()
+    job.join()
+    try:
+        finished = receive.recv()
+    except EOFError:  # the child ended without saying so
+        finished = False
+    receive.close()
+    if not finished:
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
-        raise RuntimeError(f"exit status {code}: {' '.join(cmd[:4])} ...\n    " + "\n    ".join(tail))
-
-
-def _tool(name: str) -> list[str]:
-    return [sys.executable, "-m", f"fairseq_cli.{name}"]
+        raise RuntimeError(f"exit status {job.exitcode}: python -m {module} {' '.join(args[:2])} ...\n    "
+                           + "\n    ".join(tail))
 
 
 def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training, log: Path,
@@ -54,7 +92,7 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
     else:
         task = ["--task", "translation", "--criterion", "label_smoothed_cross_entropy"]
     validate = ["--validate-interval-updates", training.validate_every] if training.validate_every else []
-    run_logged([*_tool("train"), bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--arch", arch,
+    run_logged("fairseq_cli.train", [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--arch", arch,
                 *shape.flags(), "--label-smoothing", training.label_smoothing,
                 "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", training.lr,
                 "--lr-scheduler", "inverse_sqrt", "--warmup-updates", training.warmup, "--warmup-init-lr", "1e-07",
@@ -71,16 +109,19 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
 
 
 def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: int, max_tokens: int, log: Path,
-              threads: int, nat_family: str | None = None, max_len_a: float = 0.0, max_len_b: int = 200) -> list[str]:
-    """fairseq-generate ``split``; writes the detokenized hypotheses (in corpus order) to ``out``."""
+              threads: int, tokenization: TokenizationSettings, languages: tuple[str, str],
+              nat_family: str | None = None,
+              max_len_a: float = 0.0, max_len_b: int = 200) -> list[str]:
+    """fairseq-generate ``split``; writes the hypotheses (in corpus order), detokenized by ``tokenization`` as
+    the corpus was tokenized, to ``out``."""
     if nat_family:
         task = ["--task", "translation_lev", *STUDENT_FAMILIES[nat_family].decode_flags, "--beam", 1]
     else:
         task = ["--task", "translation", "--beam", beam, "--max-len-a", max_len_a, "--max-len-b", max_len_b]
     raw = out.with_suffix(".generate.txt")
-    run_logged([*_tool("generate"), bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--gen-subset", split,
+    run_logged("fairseq_cli.generate", [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--gen-subset", split,
                 "--path", checkpoint, "--max-tokens", max_tokens, "--required-batch-size-multiple", 1,
-                "--remove-bpe", "sentencepiece"], log, threads, stdout=raw)
+                *tokenization.fairseq_flags(*languages)], log, threads, stdout=raw)
     hyps = {int(m.group(1)): m.group(2) for m in
             re.finditer(r"^D-(\d+)\t[^\t]*\t(.*)$", raw.read_text(encoding="utf-8"), re.M)}
     count = len(hyps)
@@ -107,7 +148,7 @@ def distil(prepared: Path, teacher: Path, out: Path, *, strategy: str, decoding:
     flags = []
     for key, value in decoding.items():
         flags += [f"--{key.replace('_', '-')}", value]
-    run_logged([sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", teacher, "--prepared", prepared,
+    run_logged("nat_kd.generate_distilled", ["--teacher-path", teacher, "--prepared", prepared,
                 "--split", "train", "--strategy", strategy, *flags, "--max-tokens", max_tokens,
                 "--workers", 1, "--threads", threads, "--out", out, "--no-progress-bar"], log, threads)
     return DistilledSet(out).meta()

@@ -12,7 +12,7 @@ from nat_kd.artifacts import DistilledSet, PreparedCorpus
 from nat_kd.corpus import read_lines
 
 from . import fairseq_jobs as jobs
-from .config import ModelShape, StudyConfig, Training
+from .config import ConfigError, ModelShape, StudyConfig, Training
 from .steps import Step, StepContext
 
 TEACHER_ARCH = "kd_transformer_tiny"  # sizes come from the config's shapes, on the command line
@@ -31,11 +31,16 @@ def count_parameters(arch: str, shape: ModelShape, vocab_size: int) -> int:
 # ---------------------------------------------------------------- step functions
 
 def prepare_step(ctx: StepContext, *, src: str, tgt: str, vocab_size: int, train_limit: int | None,
-                 data_dir: str | None, corpus: str) -> dict:
+                 data_dir: str | None, corpus: str, own: dict | None = None) -> dict:
+    """Multi30k (or, with ``own``, the [corpus] section's raw prefixes) prepared into the step's folder, or
+    the [corpus] section's prepared folder as it is."""
     from nat_kd.prepare import PrepareConfig, prepare
 
-    out = prepare(PrepareConfig(src, tgt, vocab_size=vocab_size, train_limit=train_limit), raw_dir=data_dir,
-                  out_dir=ctx.work / "data")
+    if own and "prepared" in own:
+        out = Path(own["prepared"])
+    else:
+        out = prepare(PrepareConfig(src, tgt, vocab_size=vocab_size, train_limit=train_limit, **(own or {})),
+                      raw_dir=data_dir, out_dir=ctx.work / "data")
     prepared = PreparedCorpus(out)
     return {"dir": str(out), "outputs": [str(prepared.manifest_file)],
             "train_pairs": len(read_lines(prepared.raw("train", src)))}
@@ -48,7 +53,8 @@ def _evaluate(ctx: StepContext, prepared: PreparedCorpus, bin_dir: Path, checkpo
     settings = {k: v for k, v in evaluation.items() if k != "splits"}
     for split in evaluation["splits"]:
         hyps = jobs.translate(bin_dir, checkpoint, split, ctx.work / f"{split}.hyp", log=ctx.log,
-                              threads=ctx.threads, nat_family=nat_family, **settings)
+                              threads=ctx.threads, nat_family=nat_family, tokenization=prepared.tokenization(),
+                              languages=prepared.language_pair(), **settings)
         score = jobs.bleu(hyps, read_lines(prepared.raw(split, tgt)))
         out[f"{split}_bleu"], out["bleu_signature"] = score["bleu"], score["signature"]
         out[f"{split}_hypotheses"] = str(ctx.work / f"{split}.hyp")
@@ -79,7 +85,9 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
 
         def valid_bleu(checkpoint: Path, hypotheses: Path) -> dict:
             return jobs.bleu(jobs.translate(bin_dir, checkpoint, "valid", hypotheses, log=ctx.log,
-                                            threads=ctx.threads, nat_family=nat_family, **settings), references)
+                                            threads=ctx.threads, nat_family=nat_family,
+                                            tokenization=prepared.tokenization(),
+                                            languages=prepared.language_pair(), **settings), references)
 
         result |= train_with_curve(save_dir, training_, train, valid_bleu)
         checkpoint = Path(result["checkpoint"])
@@ -168,20 +176,32 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
         write, so moving the corpus or the study folder redoes nothing."""
         steps.append(Step(step_name, kind, settings, partial(fn, **settings, **(where or {})), list(deps)))
 
-    def add_prepare(step_name, tgt, vocab_size, train_limit):
+    def add_prepare(step_name, tgt, vocab_size, train_limit, own=None):
         from nat_kd.corpus import data_dir as raw_dir
         from nat_kd.prepare import PrepareConfig, fingerprint
 
         # the raw files' content is an input: a changed corpus file redoes the step and all that follows
-        corpus = fingerprint(raw_dir(data_dir), PrepareConfig(cfg.src, tgt, vocab_size, train_limit=train_limit))[0]
-        add(step_name, "prepare", prepare_step, where={"data_dir": data_dir}, src=cfg.src, tgt=tgt,
-            vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
+        if own is None:
+            corpus = fingerprint(raw_dir(data_dir), PrepareConfig(cfg.src, tgt, vocab_size, train_limit=train_limit))[0]
+            add(step_name, "prepare", prepare_step, where={"data_dir": data_dir}, src=cfg.src, tgt=tgt,
+                vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
+        elif "prepared" in own:  # a finished corpus: its manifest's fingerprint says what it holds
+            corpus = PreparedCorpus(own["prepared"]).manifest() or {}
+            if "fingerprint" not in corpus:
+                raise ConfigError(f"{own['prepared']}: no manifest.json; [corpus] prepared = DIR names a "
+                                        "nat_kd.prepare output folder")
+            add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, src=cfg.src, tgt=tgt,
+                vocab_size=vocab_size, train_limit=train_limit, corpus=corpus["fingerprint"])
+        else:
+            corpus = fingerprint(None, PrepareConfig(cfg.src, tgt, vocab_size, train_limit=train_limit, **own))[0]
+            add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, src=cfg.src, tgt=tgt,
+                vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
 
     def train(name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=cfg.tgt):
         add(name, "train", train_step, [prepare] + ([data] if data else []), prepare=prepare, data=data, arch=arch,
             shape=asdict(shape), training=asdict(training), nat_family=nat_family, evaluation=evaluation, tgt=tgt)
 
-    add_prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit)
+    add_prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit, cfg.corpus)
 
     # 1. teachers, each followed by its distilled training sets (with one step at a time, a teacher's data is
     #    made before the next teacher trains); then the analysis of the sets

@@ -244,6 +244,13 @@ def hardware() -> dict:
             "python": platform.python_version(), "torch": torch.__version__, "nat_kd": __version__}
 
 
+def _corpus_line(cfg: StudyConfig) -> str:
+    if cfg.corpus is None:
+        limit = f", first {cfg.train_limit} training pairs" if cfg.train_limit else ""
+        return f"Multi30k {cfg.src}-{cfg.tgt}{limit}"
+    return f"{cfg.src}-{cfg.tgt}, " + ", ".join(f"{key} `{value}`" for key, value in cfg.corpus.items())
+
+
 def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     res = {name: rec["result"] for name, rec in records.items()}
@@ -267,6 +274,7 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
     sections = [
         f"# Distillation study: profile `{cfg.name}`\n",
         f"Command: `{command}`  \nConfig: [`config.toml`](config.toml) (copied from `{cfg.source}`).  \n"
+        f"Corpus: {_corpus_line(cfg)}.  \n"
         f"Hardware: {json.dumps(hardware())}.  \n"
         f"Total step time: {sum(w for w, _ in walls) / 60:.1f} min over {len(walls)} steps "
         f"(steps ran {cfg.jobs} at a time, one torch thread each).\n",

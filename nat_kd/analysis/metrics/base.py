@@ -56,6 +56,7 @@ class AlignedCorpus:
     settings: dict
     pairs: int
     dropped_empty: int = 0
+    dropped_lines: list[int] = field(default_factory=list)  # 1-based numbers of the dropped empty lines
 
 
 TOKENIZE_BLOCK = 10_000  # lines tokenised at a time: a fixed buffer, whatever the corpus size
@@ -78,13 +79,15 @@ class TokenizedPairs:
     """Tokenised (source, target) token lists of line pairs, checked for what fast_align cannot read: what the
     aligner sees, for any measure that must count the same tokens.
 
-    Iterated once, a block of lines at a time; afterwards ``pairs`` and ``dropped`` hold the counts.
+    Iterated once, a block of lines at a time; afterwards ``pairs`` and ``dropped`` hold the counts, and
+    ``dropped_lines`` the 1-based numbers of the lines dropped.
     """
 
     def __init__(self, lines: Iterable[tuple[str, str]], tokenizer: Tokenizer, names: tuple[str, str],
                  drop_empty: bool):
         self.lines, self.tokenizer, self.names, self.drop_empty = lines, tokenizer, names, drop_empty
         self.pairs = self.dropped = 0
+        self.dropped_lines: list[int] = []
 
     def __iter__(self) -> Iterator[tuple[list[str], list[str]]]:
         lines, number = iter(self.lines), 0
@@ -95,6 +98,7 @@ class TokenizedPairs:
                 if not s or not t or "|||" in s or "|||" in t:
                     if self.drop_empty and (not s or not t):
                         self.dropped += 1
+                        self.dropped_lines.append(number)
                         continue
                     check_pair(s, t, number, *self.names)
                 self.pairs += 1
@@ -131,4 +135,4 @@ def align_line_pairs(lines: Iterable[tuple[str, str]], tokenizer: Tokenizer,
     settings = {**tokenizer.settings, "aligner": f"{aligner}({options.signature()})"}
     if drop_empty:
         settings["drop_empty"] = "yes"
-    return AlignedCorpus(result, settings, pairs.pairs, pairs.dropped)
+    return AlignedCorpus(result, settings, pairs.pairs, pairs.dropped, pairs.dropped_lines)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nat_kd.analysis.formats import Alignments
-from nat_kd.analysis.metrics.base import Signature
+from nat_kd.analysis.metrics.base import AlignedCorpus, Signature
 
 
 def sentence_scores(alignments: Alignments) -> np.ndarray:
@@ -71,3 +71,15 @@ class Reordering:
         mean = float(scores[valid].mean()) if valid.any() else float("nan")
         signature = Signature("reordering", {**(settings or {}), "frs": "drop-unaligned,leftmost-target"})
         return ReorderingScore(mean, scores, int((~valid).sum()), signature)
+
+
+def line_scores(aligned: AlignedCorpus, scores: np.ndarray | None = None) -> np.ndarray:
+    """FRS of every input line of an aligned corpus, NaN on the lines it dropped as empty (``--drop-empty``)
+    and on lines with fewer than two aligned source words. ``scores``: the kept lines' FRS, if computed."""
+    if scores is None:
+        scores = Reordering().corpus_score(aligned.result.alignment_shards()).sentences
+    out = np.full(aligned.pairs + aligned.dropped_empty, np.nan)
+    kept = np.ones(len(out), dtype=bool)
+    kept[np.asarray(aligned.dropped_lines, dtype=np.int64) - 1] = False
+    out[kept] = scores
+    return out

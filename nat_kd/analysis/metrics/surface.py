@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from nat_kd.errors import SettingsError
 
+from nat_kd.errors import SettingsError
 
 
 @dataclass
@@ -22,26 +22,40 @@ class SurfaceStats:
                 "repeated_ngram_share": {str(n): share for n, share in self.repeated.items()}}
 
 
-def surface_stats(lines: list[str], ns: list[int]) -> SurfaceStats:
-    """``lines``: tokenised sentences (tokens separated by spaces)."""
+def _token_ids(lines: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+    """(word id of every token, its sentence, vocabulary size) of tokenised lines."""
     tokens = [line.split() for line in lines]
     lengths = np.array([len(t) for t in tokens], dtype=np.int64)
     vocabulary, ids = np.unique(np.array([w for t in tokens for w in t], dtype=object), return_inverse=True)
-    ids = ids.astype(np.int64)
-    sentence = np.repeat(np.arange(len(tokens)), lengths)
-    return SurfaceStats(len(vocabulary), int(lengths.sum()),
-                        {n: _repeated_share(ids, sentence, len(vocabulary), n, len(tokens)) for n in ns})
+    return ids.astype(np.int64), np.repeat(np.arange(len(tokens)), lengths), len(vocabulary)
 
 
-def _repeated_share(ids: np.ndarray, sentence: np.ndarray, vocab: int, n: int, sentences: int) -> float:
-    """Share of sentences in which one n-gram starts at two positions."""
+def surface_stats(lines: list[str], ns: list[int]) -> SurfaceStats:
+    """``lines``: tokenised sentences (tokens separated by spaces)."""
+    ids, sentence, vocab = _token_ids(lines)
+    shares = {}
+    for n in ns:
+        counts = _repeated_counts(ids, sentence, vocab, n, len(lines))
+        shares[n] = float((counts > 0).mean()) if len(lines) else float("nan")
+    return SurfaceStats(vocab, len(ids), shares)
+
+
+def repeated_ngram_counts(lines: list[str], n: int) -> np.ndarray:
+    """Per tokenised line, the n-gram positions whose n-gram already starts at an earlier position of the
+    same line (occurrences minus distinct n-grams): 0 for a line without repetition."""
+    ids, sentence, vocab = _token_ids(lines)
+    return _repeated_counts(ids, sentence, vocab, n, len(lines))
+
+
+def _repeated_counts(ids: np.ndarray, sentence: np.ndarray, vocab: int, n: int, sentences: int) -> np.ndarray:
+    """Per sentence, the n-gram positions that repeat an n-gram of the same sentence."""
     if n < 1:
         raise SettingsError(f"n-gram order must be >= 1, not {n}")
     if vocab ** n >= 2 ** 63:
         raise SettingsError(f"{n}-grams over {vocab} types do not fit one 64-bit code")
     starts = np.arange(len(ids) - n + 1)
     if not sentences or not len(starts):
-        return 0.0 if sentences else float("nan")
+        return np.zeros(sentences, dtype=np.int64)
     inside = sentence[starts] == sentence[starts + n - 1]  # the n-gram does not cross a sentence boundary
     starts = starts[inside]
     code = np.zeros(len(starts), dtype=np.int64)
@@ -49,4 +63,4 @@ def _repeated_share(ids: np.ndarray, sentence: np.ndarray, vocab: int, n: int, s
         code = code * vocab + ids[starts + k]
     order = np.lexsort((code, sentence[starts]))
     same = (np.diff(code[order]) == 0) & (np.diff(sentence[starts][order]) == 0)
-    return len(np.unique(sentence[starts][order][1:][same])) / sentences
+    return np.bincount(sentence[starts][order][1:][same], minlength=sentences)

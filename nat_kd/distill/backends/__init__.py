@@ -25,7 +25,7 @@ BACKENDS = ("fairseq", "ctranslate2")
 
 class Hypothesis(NamedTuple):
     pieces: str  # the target tokens (the teacher's dictionary symbols), space-separated, no EOS
-    log_prob: float  # the teacher's log-probability of the tokens and EOS, divided by their number
+    logprob: float  # the teacher's log-probability of the tokens and EOS, divided by their number
 
 
 def backend_class(name: str):

@@ -1,0 +1,237 @@
+"""The dataset card of a distilled set: CARD.md for people, card.json for programs, and a histogram figure.
+
+It says which teacher and settings made the set, how many lines are empty or were truncated, how close the
+targets are to the references line by line (the distributions of scores.tsv), which outputs repeat
+themselves, and shows ten seeded random examples. The generator writes it with every set; the data measures
+that need the corpus aligned (C(d), F(d), FRS, the frequency-bucket table) are added when
+``python -m nat_kd.analyze report`` refreshes it (``refresh_card``), and nat_kd.mix adds its rule and counts.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from nat_kd import __version__, markdown
+from nat_kd.analysis.metrics.sentence import REPEAT_N, SentenceScorer, SentenceScores, repeated_ngrams, summary
+from nat_kd.analysis.tokenizers import Tokenizer13a
+from nat_kd.artifacts import DistilledSet
+from nat_kd.atomic import write_json, write_text
+from nat_kd.corpus import CorpusError, read_lines
+
+EXAMPLES = 10
+TOP = 10  # repeated n-grams and identical outputs listed
+LISTED_LINES = 10  # empty/truncated line numbers listed (the counts are complete)
+HISTOGRAMS = ("bleu", "chrf", "length_ratio", "logprob", "frs", "repeated_ngrams")
+
+
+def _lines_field(numbers: list[int]) -> dict:
+    return {"count": len(numbers), "first": numbers[:LISTED_LINES]}
+
+
+def repeated_outputs(target: list[str], scores: SentenceScores, reference: list[str] | None,
+                     n: int = REPEAT_N) -> dict:
+    """The lines flagged for a repeated n-gram: their count and share (and the references' share, for
+    comparison), the n-grams most often repeated (counted once per line), and the most frequent identical
+    outputs of the whole set."""
+    tokenizer = Tokenizer13a(lowercase=True)
+    flagged = np.flatnonzero(scores["repeated"] > 0)
+    ngrams = Counter()
+    for i in flagged.tolist():
+        words = tokenizer(target[i]).split()
+        seen = Counter(tuple(words[k:k + n]) for k in range(len(words) - n + 1))
+        ngrams.update(" ".join(g) for g, c in seen.items() if c > 1)
+    identical = [(line, count) for line, count in Counter(target).most_common(TOP) if count > 1]
+    reference_share = float((repeated_ngrams(reference, n, tokenizer) > 0).mean()) if reference else None
+    return {"n": n, "lines": int(len(flagged)), "share": len(flagged) / max(1, len(target)),
+            "reference_share": reference_share,
+            "most_repeated_ngrams": ngrams.most_common(TOP), "most_frequent_outputs": identical}
+
+
+def build_card(meta: dict, *, source: list[str], reference: list[str] | None, target: list[str],
+               scores: SentenceScores, analysis: dict | None = None, teacher_valid_bleu: float | None = None,
+               seed: int = 1) -> dict:
+    """The card's content as a dict (card.json) from the set's meta.json, texts and per-line scores."""
+    teacher = meta.get("teacher", {})
+    rng = np.random.default_rng(seed)
+    picked = sorted(rng.choice(len(target), size=min(EXAMPLES, len(target)), replace=False).tolist())
+    return {
+        "name": meta.get("name"), "nat_kd_version": __version__,
+        "teacher": {"checkpoints": teacher.get("checkpoints"), "sha256": teacher.get("sha256"),
+                    "architecture": teacher.get("arch"), "parameters": teacher.get("parameters"),
+                    "validation_bleu": teacher_valid_bleu},
+        # what the targets depend on; not batching or sharding, so a sharded run's card is an unsharded one's
+        "decoding": {"backend": meta.get("backend", {"name": "fairseq"}), "strategy": meta.get("strategy"),
+                     "settings": meta.get("settings")},
+        "lines": {"sentences": len(target), "empty_source_lines": _lines_field(meta.get("empty_source_lines", [])),
+                  "truncated_source_lines": _lines_field(meta.get("truncated_source_lines", [])),
+                  "empty_outputs": sum(1 for t in target if not t.strip())},
+        "scores_vs_reference": meta.get("scores"),
+        "analysis": analysis,
+        "sentence_scores": {"file": "scores.tsv", "settings": scores.settings, "summary": summary(scores)},
+        "repeated": repeated_outputs(target, scores, reference),
+        "mix": meta.get("mix"),
+        "examples": {"seed": seed, "lines": [
+            {"line": i + 1, "source": source[i], "reference": reference[i] if reference else None,
+             "distilled": target[i]} for i in picked]},
+    }
+
+
+def _number(value, spec=".4f") -> str:
+    return markdown.cell(value if not isinstance(value, float) or not math.isinf(value) else None, spec)
+
+
+def card_markdown(card: dict, figure_name: str) -> str:
+    t, d, lines = card["teacher"], card["decoding"], card["lines"]
+    out = [f"# Dataset card: {card['name']}", "",
+           f"Written by nat_kd {card['nat_kd_version']}. Per-line scores: `{card['sentence_scores']['file']}`.", "",
+           "## Teacher", ""]
+    checkpoints = t["checkpoints"] or ["-"]
+    hashes, archs = t["sha256"] or ["-"] * len(checkpoints), t["architecture"] or ["-"] * len(checkpoints)
+    out.append(markdown.table(
+        ["checkpoint", "sha256", "architecture", "parameters", "validation BLEU"],
+        [[c, h[:16], a, markdown.cell(t["parameters"], ",") if i == 0 else "",
+          markdown.cell(t["validation_bleu"], ".2f") if i == 0 else ""]
+         for i, (c, h, a) in enumerate(zip(checkpoints, hashes, archs))]))
+    if t["validation_bleu"] is None:
+        out.append("Validation BLEU: not known (give it with "
+                   "`python -m nat_kd.analyze card DIR --teacher-valid-bleu B`).\n")
+    backend = ", ".join(f"{k}={v}" for k, v in d["backend"].items() if k != "name")
+    out += ["## Decoding", "", f"Backend `{d['backend']['name']}`" + (f" ({backend})" if backend else "")
+            + f", strategy `{d['strategy']}`: "
+            + ", ".join(f"{k}={v}" for k, v in (d["settings"] or {}).items()) + ".", ""]
+    out += ["## Lines", "", markdown.table(["sentences", "empty source lines", "truncated source lines",
+                                            "empty outputs"],
+                                           [[lines["sentences"], _line_list(lines["empty_source_lines"]),
+                                             _line_list(lines["truncated_source_lines"]), lines["empty_outputs"]]])]
+    ref = card["scores_vs_reference"] or {}
+    if ref:
+        out += ["## Against the references", "",
+                f"BLEU {ref['bleu']:.2f} (`{ref['bleu_signature']}`), "
+                f"chrF {ref['chrf']:.2f} (`{ref['chrf_signature']}`), length ratio "
+                f"{ref['length_ratio_corpus']:.3f} (corpus), {ref['mean_length_ratio']:.3f} (mean per line).",
+                ""]
+    out += _analysis_markdown(card["analysis"])
+    out += ["## Per-line scores", "", markdown.table(
+        ["score", "lines", "mean", "10%", "25%", "median", "75%", "90%"],
+        [[name, s["lines"], _number(s["mean"]), *(_number(s[q]) for q in ("q10", "q25", "q50", "q75", "q90"))]
+         for name, s in card["sentence_scores"]["summary"].items()]),
+        "Settings: " + "; ".join(f"{k}: `{v}`" for k, v in card["sentence_scores"]["settings"].items()) + "\n",
+        f"![per-line scores]({figure_name})", ""]
+    rep = card["repeated"]
+    out += ["## Repeated outputs", "",
+            f"{rep['lines']} of {lines['sentences']} outputs ({100 * rep['share']:.2f}%) repeat a {rep['n']}-gram "
+            "(13a tokens, lowercased)" + (f"; {100 * rep['reference_share']:.2f}% of the references do."
+                                          if rep["reference_share"] is not None else "."), ""]
+    if rep["most_repeated_ngrams"]:
+        out.append(markdown.table([f"repeated {rep['n']}-gram", "outputs"], rep["most_repeated_ngrams"]))
+    if rep["most_frequent_outputs"]:
+        out.append(markdown.table(["most frequent identical output", "times"], rep["most_frequent_outputs"]))
+    if card.get("mix"):
+        mix = card["mix"]
+        out += ["## Mixing", "", f"Rule: `{mix['rule']}`. {mix['replaced']} of {mix['lines']} lines take the real "
+                f"target, {mix['lines'] - mix['replaced']} the distilled one (from `{mix['distilled']}`).", ""]
+    out += [f"## Examples (seed {card['examples']['seed']})", "",
+            markdown.table(["line", "source", "reference", "distilled"],
+                           [[e["line"], _escape(e["source"]), _escape(e["reference"] or "-"), _escape(e["distilled"])]
+                            for e in card["examples"]["lines"]])]
+    return "\n".join(out)
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _line_list(field: dict) -> str:
+    if not field["count"]:
+        return "0"
+    more = ", ..." if field["count"] > len(field["first"]) else ""
+    return f"{field['count']} (lines {', '.join(map(str, field['first']))}{more})"
+
+
+def _analysis_markdown(analysis: dict | None) -> list[str]:
+    if not analysis:
+        return ["## Data measures", "", "C(d), F(d) and FRS need the corpus aligned: not measured yet. Run "
+                "`python -m nat_kd.analyze report --set-dir DIR --out OUT` to add them here.", ""]
+    out = ["## Data measures", "", markdown.table(
+        ["set", "C(d)", "F(d)", "words lost", "FRS"],
+        [[analysis["real"]["name"], _number(analysis["real"]["complexity"]), "-", "-",
+          _number(analysis["real"]["reordering"])],
+         ["this set", _number(analysis["complexity"]), _number(analysis["faithfulness"]),
+          analysis["missing_words"], _number(analysis["reordering"])]]),
+        "Signatures: " + "; ".join(f"`{s}`" for s in analysis["signatures"].values()) + "\n"]
+    real = analysis["real"]
+    out += ["### Source words by frequency in the real data", "", frequency_markdown(
+        [(real["name"], real["frequency_buckets"]), ("this set", analysis["frequency_buckets"])])]
+    return out
+
+
+def frequency_markdown(sets: list[tuple[str, list[dict]]]) -> str:
+    """The frequency-bucket table of one or more sets (rows of ``frequency.BucketRow.as_dict``)."""
+    return markdown.table(
+        ["set", "source count", "words", "C(d)", "real linked pairs", "kept", "words losing every translation"],
+        [[name, b["bucket"], b["words"], _number(b["complexity"]), b["real_pairs"], _number(b["kept"], ".3f"),
+          b["words_losing_all"]] for name, buckets in sets for b in buckets])
+
+
+def plot_scores(scores: SentenceScores, path) -> None:
+    from nat_kd.analysis.plotting import plt, save_figure
+
+    names = [n for n in HISTOGRAMS if n in scores.columns]
+    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.4), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        values = scores[name][~np.isnan(scores[name])]
+        if name == "repeated_ngrams":  # counts: one bar per value, and a log scale for the rare long loops
+            ax.hist(values, bins=np.arange(0, max(values.max(initial=0), 1) + 2) - 0.5, log=True)
+        else:
+            ax.hist(values, bins=30)
+        ax.set_title(name, fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set_ylabel("lines")
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def write_card(distilled: DistilledSet, card: dict, scores: SentenceScores) -> None:
+    """card.json, CARD.md and the figure into ``distilled``'s folder, each written atomically."""
+    plot_scores(scores, distilled.card_figure)
+    write_json(distilled.card_json, card)
+    write_text(distilled.card_markdown, card_markdown(card, distilled.card_figure.name))
+
+
+def refresh_card(directory: str | Path, *, reference: str | Path | None = None, analysis: dict | None = None,
+                 frs: np.ndarray | None = None, teacher_valid_bleu: float | None = None) -> DistilledSet:
+    """Rewrite a set's card (and scores.tsv, with ``frs`` as its FRS column) from its files; what is not
+    given (``analysis``, the teacher's validation BLEU) is kept from the card already there. The set's
+    scores.tsv is computed from the texts if missing (without the teacher's log-probability)."""
+    distilled = DistilledSet(directory)
+    meta = distilled.meta()
+    if meta is None:
+        raise CorpusError(f"{distilled.root} has no meta.json: a card describes a set written by "
+                          "nat_kd.generate_distilled or nat_kd.mix")
+    files = meta["files"]
+    source, target = read_lines(distilled.root / files["source"]), read_lines(distilled.root / files["target"])
+    reference_file = reference or meta.get("corpus", {}).get("reference")
+    references = read_lines(reference_file) if reference_file else None
+    if references is not None and len(references) != len(target):
+        raise CorpusError(f"line-count mismatch: {reference_file} has {len(references)} lines but "
+                          f"{distilled.root / files['target']} has {len(target)}; pass the set's own references")
+    if distilled.scores_file.is_file():
+        scores = SentenceScores.read(distilled.scores_file)
+        scores.settings = SentenceScorer().settings
+    else:
+        scores = SentenceScorer().score(target, references)
+    if frs is not None:
+        scores = scores.with_column("frs", frs)
+    if frs is not None or not distilled.scores_file.is_file():
+        scores.write(distilled.scores_file)
+    previous = json.loads(distilled.card_json.read_text(encoding="utf-8")) if distilled.card_json.is_file() else {}
+    card = build_card(meta, source=source, reference=references, target=target, scores=scores,
+                      analysis=analysis or previous.get("analysis"),
+                      teacher_valid_bleu=teacher_valid_bleu if teacher_valid_bleu is not None
+                      else previous.get("teacher", {}).get("validation_bleu"))
+    write_card(distilled, card, scores)
+    return distilled

@@ -1,0 +1,141 @@
+"""nat_kd.mix: the rule is applied line by line, and nothing is lost (texts, pieces, binarized data, counts)."""
+import json
+
+import numpy as np
+import pytest
+
+from nat_kd.analysis.metrics.sentence import SentenceScorer, SentenceScores
+from nat_kd.artifacts import DistilledSet
+from nat_kd.distill.output import write_output
+from nat_kd.distill.source import load_binarized
+from nat_kd.errors import SettingsError
+from nat_kd.mix import MixRule, main, mix
+
+N = 1014  # Multi30k's valid split, whole: the real targets are the prepared corpus's
+
+
+def write_distilled(tiny_en_de, out, bin_left_out=()):
+    """A distilled set written by the generator's own output code, with targets made by hand: every third line
+    a reference said twice (a repeated n-gram), the others the reference's first three words."""
+    from fairseq.data import Dictionary
+
+    refs = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()
+    sources = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()
+    assert len(refs) == N
+    targets = [f"{r} {r}" if i % 3 == 0 else " ".join(r.split()[:3]) for i, r in enumerate(refs)]
+    import sentencepiece
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(tiny_en_de / "spm.model"))
+    src_dict = Dictionary.load(str(tiny_en_de / "bin" / "dict.en.txt"))
+    tokens = load_binarized(tiny_en_de / "bin", "valid", "en", "en-de", src_dict)
+    pieces = [" ".join(p) for p in sp.encode(targets, out_type=str)]
+    source_pieces = [" ".join(p) for p in sp.encode(sources, out_type=str)]
+    scores = SentenceScorer().score(targets, refs, logprobs=[-0.1 * i for i in range(N)])
+    meta = {"name": "kd", "strategy": "beam", "split": "valid", "source_lang": "en", "target_lang": "de",
+            "sentences": N, "empty_source_lines": [], "truncated_source_lines": [], "teacher": {},
+            "files": {"source": "valid.en", "target": "valid.de", "binarized_left_out_lines": list(bin_left_out)}}
+    write_output(out, split="valid", src="en", tgt="de", source_text=sources, source_tokens=tokens,
+                 source_pieces=source_pieces, target_pieces=pieces, target_text=targets,
+                 dict_dir=tiny_en_de / "bin", meta=meta, bin_left_out=bin_left_out, references=refs,
+                 sentence_scores=scores)
+    return refs, targets
+
+
+@pytest.fixture(scope="module")
+def distilled(tiny_en_de, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sets") / "kd"
+    return (out, *write_distilled(tiny_en_de, out))
+
+
+def lines(path):
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def binarized_target(folder):
+    """The binarized target side, and a function giving what a pieces line becomes there (the tiny
+    dictionary maps pieces it lacks to <unk>)."""
+    from fairseq.data import Dictionary
+
+    dictionary = Dictionary.load(str(folder / "bin" / "dict.de.txt"))
+    stored = [dictionary.string(t) for t in load_binarized(folder / "bin", "valid", "de", "en-de", dictionary)]
+    return stored, lambda line: dictionary.string(dictionary.encode_line(line, add_if_not_exist=False))
+
+
+def test_repeated_lines_take_the_reference_line_by_line(distilled, tiny_en_de, tmp_path, capsys):
+    kd, refs, targets = distilled
+    out = tmp_path / "mixed"
+    assert main(["--distilled", str(kd), "--prepared", str(tiny_en_de), "--repeated", "--out", str(out)]) == 0
+    assert f"{len(range(0, N, 3))} of {N} lines take the real target (repeated)" in capsys.readouterr().out
+    mixed = lines(out / "valid.de")
+    assert len(mixed) == N
+    for i, line in enumerate(mixed):
+        assert line == (refs[i] if i % 3 == 0 else targets[i]), i
+    # the pieces and the binarized targets follow the same rule: the prepared corpus's own pieces on real lines
+    prepared_pieces = lines(tiny_en_de / "spm" / "valid.de")
+    kd_pieces = lines(kd / "spm" / "valid.de")
+    expected = [prepared_pieces[i] if i % 3 == 0 else kd_pieces[i] for i in range(N)]
+    assert lines(out / "spm" / "valid.de") == expected
+    stored, as_stored = binarized_target(out)
+    assert stored == [as_stored(line) for line in expected]
+    # the source side is the distilled set's, unchanged, text and binarized
+    assert lines(out / "valid.en") == lines(kd / "valid.en")
+    assert (out / "bin" / "valid.en-de.en.bin").read_bytes() == (kd / "bin" / "valid.en-de.en.bin").read_bytes()
+    scores = SentenceScores.read(out / "scores.tsv")
+    assert scores["replaced"].tolist() == [float(i % 3 == 0) for i in range(N)]
+    assert np.isnan(scores["logprob"][0]) and scores["logprob"][1] == pytest.approx(-0.1)
+    assert scores["bleu"][0] == 100.0
+    meta = json.loads((out / "meta.json").read_text())
+    replaced = len(range(0, N, 3))
+    assert meta["mix"]["replaced"] == replaced and meta["mix"]["lines"] == N and meta["mix"]["rule"] == "repeated"
+    assert meta["mix"]["replaced_by_rule"] == {"repeated": replaced} and meta["strategy"] == "beam+mix"
+    card = json.loads((out / "card.json").read_text())
+    assert card["mix"]["replaced"] == replaced and "Rule: `repeated`" in (out / "CARD.md").read_text()
+    assert {p.name for p in DistilledSet(out).root.iterdir()} >= {"CARD.md", "card.json", "scores.tsv", "bin"}
+
+
+def test_lines_left_out_of_bin_stay_out(tiny_en_de, tmp_path):
+    """The generator leaves empty sources' pairs out of bin/ (meta.json files.binarized_left_out_lines): the mix
+    keeps every line in its text files and leaves the same lines out of its bin/, the other pairs aligned."""
+    kd = tmp_path / "kd"
+    write_distilled(tiny_en_de, kd, bin_left_out=[2, N])
+    out = tmp_path / "mixed"
+    meta = mix(kd, out, MixRule(repeated=True), prepared=str(tiny_en_de))
+    assert meta["files"]["binarized_left_out_lines"] == [2, N] and meta["files"]["binarized_sentences"] == N - 2
+    assert len(lines(out / "valid.de")) == N
+    stored, as_stored = binarized_target(out)
+    kept = [line for i, line in enumerate(lines(out / "spm" / "valid.de")) if i + 1 not in (2, N)]
+    assert stored == [as_stored(line) for line in kept]
+    assert (out / "bin" / "valid.en-de.en.bin").read_bytes() == (kd / "bin" / "valid.en-de.en.bin").read_bytes()
+
+
+def test_thresholds_are_or_ed_and_worst_first_reaches_a_target(distilled, tiny_en_de, tmp_path):
+    kd, refs, targets = distilled
+    scores = SentenceScores.read(DistilledSet(kd).scores_file)
+    rule = MixRule(bleu_below=30.0, logprob_below=-2.5)
+    meta = mix(kd, tmp_path / "t", rule, prepared=str(tiny_en_de))
+    expected = (scores["bleu"] < 30.0) | (scores["logprob"] < -2.5)
+    assert meta["mix"]["replaced"] == int(expected.sum()) and 0 < expected.sum() < N
+    assert lines(tmp_path / "t" / "valid.de") == [r if e else t for r, t, e in zip(refs, targets, expected)]
+    # worst first: the order puts the threshold lines first, then the lowest BLEU
+    order = MixRule(repeated=True, target_complexity=0.0).order(scores, scores["repeated"] > 0)
+    first = len(range(0, N, 3))
+    assert order[:first].tolist() == [i for i in range(N) if i % 3 == 0]
+    rest = scores["bleu"][order[first:]]
+    assert (np.diff(rest) >= 0).all()
+
+
+def test_real_targets_are_encoded_like_the_prepared_corpus_when_only_a_model_is_given(tiny_en_de):
+    """Without a prepared corpus the references are encoded with --spm-model (or the set's recorded
+    --bpe/--tokenizer): the very pieces nat_kd.prepare wrote for its bin/."""
+    from nat_kd.artifacts import PreparedCorpus
+    from nat_kd.mix import real_pieces
+
+    prepared = PreparedCorpus(tiny_en_de)
+    reference = str(prepared.raw("valid", "de"))
+    expected = prepared.pieces("valid", "de").read_text(encoding="utf-8").splitlines()
+    assert real_pieces(None, reference, str(tiny_en_de / "spm.model"), "valid", "de") == expected
+    recorded = {"bpe": {"_name": "sentencepiece", "sentencepiece_model": str(tiny_en_de / "spm.model")},
+                "tokenizer": None, "post_process": None, "detokenized": True}
+    assert real_pieces(None, reference, None, "valid", "de", recorded) == expected
+    with pytest.raises(SettingsError, match="--spm-model"):
+        real_pieces(None, reference, None, "valid", "de", {"detokenized": False})
