@@ -199,16 +199,21 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
     from fairseq.data import Dictionary
 
     src_dict = Dictionary.load(str(source_set.bin.dictionary(src)))
-    source_tokens = load_binarized(source_set.bin.root, split, src, f"{src}-{tgt}", src_dict)
+    # bin/ lacks the lines the generator left out (empty sources): they stay out, whichever target they take
+    left_out = meta.get("files", {}).get("binarized_left_out_lines", [])
+    rows = iter(load_binarized(source_set.bin.root, split, src, f"{src}-{tgt}", src_dict))
+    empty = src_dict.encode_line("", add_if_not_exist=False).long()
+    left_out_set = set(left_out)
+    source_tokens = [empty if line in left_out_set else next(rows) for line in range(1, len(source_text) + 1)]
     per_line = sacrebleu_statistics(target_text, real_text)
     logprob = np.where(chosen, np.nan, scores["logprob"]) if "logprob" in scores.columns else None
     line_scores = SentenceScorer().score(target_text, real_text, per_line, logprob).with_column("replaced", chosen)
     counts = {"lines": len(chosen), "replaced": int(chosen.sum()),
               "replaced_by_rule": {k: int(v.sum()) for k, v in masks.items()}}
     new_meta = {
-        **{k: meta[k] for k in ("settings", "all_settings", "seed", "teacher", "corpus", "split", "source_lang",
-                                "target_lang", "sentences", "empty_source_lines", "truncated_source_lines",
-                                "max_source_positions") if k in meta},
+        **{k: meta[k] for k in ("settings", "all_settings", "seed", "backend", "teacher", "corpus", "split",
+                                "source_lang", "target_lang", "sentences", "empty_source_lines",
+                                "truncated_source_lines", "max_source_positions") if k in meta},
         "name": name or out.root.name, "strategy": f"{meta.get('strategy', '')}+mix",
         "empty_outputs": sum(1 for p in target_pieces if not p),
         "scores": corpus_scores([statistics(target_text, real_text, per_line)], target_text, real_text),
@@ -219,12 +224,14 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
         "nat_kd_version": __version__,
         "files": {"source": out.text(split, src).name, "target": out.text(split, tgt).name,
                   "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/",
+                  "binarized_sentences": len(source_text) - len(left_out), "binarized_left_out_lines": left_out,
                   "scores": out.scores_file.name, "card": [out.card_markdown.name, out.card_json.name]},
     }
     write_output(out.root, split=split, src=src, tgt=tgt, source_text=source_text, source_tokens=source_tokens,
                  source_pieces=read_lines(source_set.pieces(split, src)), target_pieces=target_pieces,
                  target_text=target_text, dict_dir=source_set.bin.root, meta=new_meta,
-                 data_dir=source_set.bin.root, references=real_text, sentence_scores=line_scores)
+                 data_dir=source_set.bin.root, bin_left_out=left_out, references=real_text,
+                 sentence_scores=line_scores)
     return new_meta
 
 

@@ -102,13 +102,15 @@ def test_every_strategy_writes_line_aligned_output(runs, corpus, name):
     out = runs[name]
     assert lines(out / "valid.en") == lines(corpus / "src.en")  # the source, copied as is
     assert len(lines(out / "valid.de")) == N_LINES and len(lines(out / "spm" / "valid.de")) == N_LINES
-    for lang in ("en", "de"):
+    assert [i + 1 for i, line in enumerate(lines(out / "spm" / "valid.de")) if not line] == [EMPTY_LINE]
+    for lang in ("en", "de"):  # the empty source's pair is left out of bin/
         dataset = data_utils.load_indexed_dataset(str(out / "bin" / f"valid.en-de.{lang}"),
                                                   Dictionary.load(str(out / "bin" / f"dict.{lang}.txt")))
-        assert len(dataset) == N_LINES
+        assert len(dataset) == N_LINES - 1
     meta = json.loads((out / "meta.json").read_text())
     assert meta["strategy"] == name and meta["name"] == name and meta["sentences"] == N_LINES
     assert meta["empty_source_lines"] == [EMPTY_LINE] and meta["truncated_source_lines"] == [LONG_LINE]
+    assert meta["files"]["binarized_left_out_lines"] == [EMPTY_LINE] and meta["backend"]["name"] == "fairseq"
     assert {"bleu", "chrf", "mean_length_ratio"} <= set(meta["scores"])
     assert meta["timing"]["sentences_per_second"] > 0
 
@@ -385,7 +387,7 @@ def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, 
     if strategy == "ensemble":
         cfg.teachers = [str(teacher), str(teacher)]
     session = Session(cfg)
-    generator = session.decoder().generator
+    generator = session.decoder().backend.generator
     assert isinstance(generator.model, LeanEnsembleModel)
     results = {}
     for name, model in (("lean", generator.model), ("fairseq", EnsembleModel(list(session.teacher.models)))):
@@ -453,13 +455,18 @@ def test_scores_tsv_holds_each_lines_scores_and_the_teachers_log_probability(run
     src_dict, tgt_dict = teacher_model.src_dict, teacher_model.tgt_dict
     sources = data_utils.load_indexed_dataset(str(out / "bin" / "valid.en-de.en"), src_dict)
     targets = data_utils.load_indexed_dataset(str(out / "bin" / "valid.en-de.de"), tgt_dict)
-    for i in (0, 1, EMPTY_LINE - 1, LONG_LINE - 1, N_LINES - 1):
-        src, tgt = sources[i].long()[None], targets[i].long()[None]  # tgt ends with EOS
+    binarized = [i for i in range(N_LINES) if i + 1 != EMPTY_LINE]  # bin/ leaves the empty source's pair out
+    for i in (0, 1, EMPTY_LINE, LONG_LINE - 1, N_LINES - 1):
+        row = binarized.index(i)
+        src, tgt = sources[row].long()[None], targets[row].long()[None]  # tgt ends with EOS
         prev = torch.cat([tgt.new_tensor([[tgt_dict.eos()]]), tgt[:, :-1]], dim=1)
         lprobs = teacher_model.log_probs(src, torch.tensor([src.size(1)]), prev)
         expected = lprobs[0].gather(1, tgt[0][:, None]).mean().item()
         assert scores["logprob"][i] == pytest.approx(expected, abs=1e-4), i
+    assert np.isnan(scores["logprob"][EMPTY_LINE - 1])  # an empty source is not decoded
     card = json.loads((out / "card.json").read_text())
+    assert card["decoding"]["backend"] == {"name": "fairseq", "fp16": False}
+    assert "Backend `fairseq` (fp16=False), strategy `beam`" in (out / "CARD.md").read_text()
     assert card["lines"]["sentences"] == N_LINES and card["lines"]["empty_source_lines"]["first"] == [EMPTY_LINE]
     assert card["teacher"]["parameters"] == sum(p.numel() for p in teacher_model.models[0].parameters())
     assert card["analysis"] is None and "not measured yet" in (out / "CARD.md").read_text()

@@ -14,8 +14,7 @@ from nat_kd.mix import MixRule, main, mix
 N = 1014  # Multi30k's valid split, whole: the real targets are the prepared corpus's
 
 
-@pytest.fixture(scope="module")
-def distilled(tiny_en_de, tmp_path_factory):
+def write_distilled(tiny_en_de, out, bin_left_out=()):
     """A distilled set written by the generator's own output code, with targets made by hand: every third line
     a reference said twice (a repeated n-gram), the others the reference's first three words."""
     from fairseq.data import Dictionary
@@ -32,14 +31,20 @@ def distilled(tiny_en_de, tmp_path_factory):
     pieces = [" ".join(p) for p in sp.encode(targets, out_type=str)]
     source_pieces = [" ".join(p) for p in sp.encode(sources, out_type=str)]
     scores = SentenceScorer().score(targets, refs, logprobs=[-0.1 * i for i in range(N)])
-    out = tmp_path_factory.mktemp("sets") / "kd"
     meta = {"name": "kd", "strategy": "beam", "split": "valid", "source_lang": "en", "target_lang": "de",
             "sentences": N, "empty_source_lines": [], "truncated_source_lines": [], "teacher": {},
-            "files": {"source": "valid.en", "target": "valid.de"}}
+            "files": {"source": "valid.en", "target": "valid.de", "binarized_left_out_lines": list(bin_left_out)}}
     write_output(out, split="valid", src="en", tgt="de", source_text=sources, source_tokens=tokens,
                  source_pieces=source_pieces, target_pieces=pieces, target_text=targets,
-                 dict_dir=tiny_en_de / "bin", meta=meta, references=refs, sentence_scores=scores)
-    return out, refs, targets
+                 dict_dir=tiny_en_de / "bin", meta=meta, bin_left_out=bin_left_out, references=refs,
+                 sentence_scores=scores)
+    return refs, targets
+
+
+@pytest.fixture(scope="module")
+def distilled(tiny_en_de, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sets") / "kd"
+    return (out, *write_distilled(tiny_en_de, out))
 
 
 def lines(path):
@@ -86,6 +91,21 @@ def test_repeated_lines_take_the_reference_line_by_line(distilled, tiny_en_de, t
     card = json.loads((out / "card.json").read_text())
     assert card["mix"]["replaced"] == replaced and "Rule: `repeated`" in (out / "CARD.md").read_text()
     assert {p.name for p in DistilledSet(out).root.iterdir()} >= {"CARD.md", "card.json", "scores.tsv", "bin"}
+
+
+def test_lines_left_out_of_bin_stay_out(tiny_en_de, tmp_path):
+    """The generator leaves empty sources' pairs out of bin/ (meta.json files.binarized_left_out_lines): the mix
+    keeps every line in its text files and leaves the same lines out of its bin/, the other pairs aligned."""
+    kd = tmp_path / "kd"
+    write_distilled(tiny_en_de, kd, bin_left_out=[2, N])
+    out = tmp_path / "mixed"
+    meta = mix(kd, out, MixRule(repeated=True), prepared=str(tiny_en_de))
+    assert meta["files"]["binarized_left_out_lines"] == [2, N] and meta["files"]["binarized_sentences"] == N - 2
+    assert len(lines(out / "valid.de")) == N
+    stored, as_stored = binarized_target(out)
+    kept = [line for i, line in enumerate(lines(out / "spm" / "valid.de")) if i + 1 not in (2, N)]
+    assert stored == [as_stored(line) for line in kept]
+    assert (out / "bin" / "valid.en-de.en.bin").read_bytes() == (kd / "bin" / "valid.en-de.en.bin").read_bytes()
 
 
 def test_thresholds_are_or_ed_and_worst_first_reaches_a_target(distilled, tiny_en_de, tmp_path):

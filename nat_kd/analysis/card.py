@@ -64,7 +64,7 @@ def build_card(meta: dict, *, source: list[str], reference: list[str] | None, ta
                     "architecture": teacher.get("arch"), "parameters": teacher.get("parameters"),
                     "validation_bleu": teacher_valid_bleu},
         # what the targets depend on; not batching or sharding, so a sharded run's card is an unsharded one's
-        "decoding": {"backend": meta.get("backend", "fairseq"), "strategy": meta.get("strategy"),
+        "decoding": {"backend": meta.get("backend", {"name": "fairseq"}), "strategy": meta.get("strategy"),
                      "settings": meta.get("settings")},
         "lines": {"sentences": len(target), "empty_source_lines": _lines_field(meta.get("empty_source_lines", [])),
                   "truncated_source_lines": _lines_field(meta.get("truncated_source_lines", [])),
@@ -99,7 +99,9 @@ def card_markdown(card: dict, figure_name: str) -> str:
     if t["validation_bleu"] is None:
         out.append("Validation BLEU: not known (give it with "
                    "`python -m nat_kd.analyze card DIR --teacher-valid-bleu B`).\n")
-    out += ["## Decoding", "", f"Backend `{d['backend']}`, strategy `{d['strategy']}`: "
+    backend = ", ".join(f"{k}={v}" for k, v in d["backend"].items() if k != "name")
+    out += ["## Decoding", "", f"Backend `{d['backend']['name']}`" + (f" ({backend})" if backend else "")
+            + f", strategy `{d['strategy']}`: "
             + ", ".join(f"{k}={v}" for k, v in (d["settings"] or {}).items()) + ".", ""]
     out += ["## Lines", "", markdown.table(["sentences", "empty source lines", "truncated source lines",
                                             "empty outputs"],

@@ -15,14 +15,17 @@ none (then the text output and the scores stay on tokens, with a warning).
 Output (written atomically): SPLIT.SRC (the source), SPLIT.TGT (the distilled targets, detokenized), both
 line-aligned with the input; spm/ (the teacher's own tokens); bin/ (fairseq-binarized with the teacher's
 dictionaries, ready for fairseq-train); meta.json (teacher, strategy, every setting, counts, BLEU/chrF vs
-reference, timing).
+reference, timing); scores.tsv and the dataset card.
+Backend: --backend fairseq (default, the reference) or ctranslate2 (the teacher converted once into
+--ct2-cache, about twice as fast on a CPU; --compute-type float32/int8, float16/bfloat16 on a GPU).
 Progress is saved in OUT.partial/ chunk by chunk: rerun the same command after a crash to finish.
 Sharding: --num-shards N --shard-id K (or torchrun's RANK/WORLD_SIZE); the last shard to finish merges,
 or run the same command with --merge.
 
 Recorded, documented behaviour for odd input: sources longer than the teacher's maximum positions are
-decoded truncated (meta.json: truncated_source_lines); empty source lines are decoded as they are (an
-EOS-only source; meta.json: empty_source_lines). Invalid UTF-8, line-count mismatches, missing or
+decoded truncated (meta.json: truncated_source_lines); empty source lines are not decoded: they get an
+empty target, are listed in meta.json (empty_source_lines) and left out of bin/ unless --keep-empty-lines.
+Invalid UTF-8, line-count mismatches, missing or
 unreadable checkpoints and dictionaries that do not match the teacher are errors (exit status 2).
 """
 from __future__ import annotations
@@ -33,6 +36,7 @@ import sys
 from nat_kd import cli, tokenization
 from nat_kd.artifacts import PreparedCorpus
 
+from .backends import BACKENDS
 from .decoding import STRATEGIES, DecodingSettings
 
 
@@ -86,7 +90,23 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=0, help="decoding processes (default: one per core)")
     run.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: cores/workers)")
     run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
+    backend = p.add_argument_group("backend (docs/generate_distilled.md: which to use)")
+    backend.add_argument("--backend", default="fairseq", choices=list(BACKENDS),
+                         help="fairseq (default, the reference: any architecture, ensembles) or ctranslate2 (the "
+                              "teacher converted once; about twice as fast on a CPU)")
+    backend.add_argument("--compute-type", default="float32",
+                         help="ctranslate2: float32 (default), int8, int8_float32; on a GPU also float16, bfloat16")
+    backend.add_argument("--fp16", action="store_true", help="fairseq on a GPU: the teacher in half precision")
+    backend.add_argument("--check-against-fairseq", type=int, default=0, metavar="N",
+                         help="ctranslate2: before writing the set, decode N sentences (spread over the corpus) "
+                              "with the fairseq backend too; prints and records (meta.json) the share of identical "
+                              "hypotheses and the BLEU difference")
+    backend.add_argument("--ct2-cache", metavar="DIR", help="ctranslate2: folder of converted teachers, keyed "
+                         "by content hash (default: .ctranslate2-cache beside --out)")
     run.add_argument("--no-progress-bar", action="store_true")
+    run.add_argument("--keep-empty-lines", action="store_true",
+                     help="keep the pairs of empty source lines in bin/ (an empty source and target); by default "
+                          "they are only in the text files, with an empty target, and listed in meta.json")
     return p
 
 
@@ -123,7 +143,9 @@ def config_from_args(args):
         data_dir=data, reference=reference, dict_dir=dict_dir, decoding=settings, name=args.name,
         max_tokens=args.max_tokens, max_sentences=args.max_sentences, chunk_sentences=args.chunk_sentences,
         num_shards=args.num_shards, shard_id=args.shard_id, merge_only=args.merge, workers=args.workers,
-        threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar)
+        threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar, backend=args.backend,
+        compute_type=args.compute_type, fp16=args.fp16, ct2_cache=args.ct2_cache,
+        keep_empty_lines=args.keep_empty_lines, check_against_fairseq=args.check_against_fairseq)
 
 
 def main(argv=None) -> int:
@@ -138,6 +160,11 @@ def main(argv=None) -> int:
             scores = result.meta.get("scores", {})
             print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {result.meta['strategy']}"
                   + (f", BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} vs reference" if scores else ""))
+            check = result.meta.get("check_against_fairseq")
+            if check:
+                print(f"against the fairseq backend on {check['sentences']} sentences: {check['identical']} identical "
+                      f"hypotheses ({100 * check['identical_share']:.2f}%)"
+                      + (f", BLEU {check['bleu_difference']:+.2f}" if "bleu_difference" in check else ""))
         return 0
 
     return cli.run(body)

@@ -64,10 +64,11 @@ def copy_other_splits(data_dir: Path | None, bin_dir: Path, split: str, src: str
 
 def write_output(out_dir: Path, *, split: str, src: str, tgt: str, source_text: list[str],
                  source_tokens: list, source_pieces: list[str], target_pieces: list[str], target_text: list[str],
-                 dict_dir: Path, meta: dict, data_dir: Path | None = None, references: list[str] | None = None,
-                 sentence_scores: SentenceScores | None = None) -> None:
-    """The whole set in a temporary folder renamed into place: texts, pieces, bin/, meta.json, and each line's
-    scores with the dataset card when ``sentence_scores`` are given."""
+                 dict_dir: Path, meta: dict, data_dir: Path | None = None, bin_left_out: list[int] = (),
+                 references: list[str] | None = None, sentence_scores: SentenceScores | None = None) -> None:
+    """The whole set in a temporary folder renamed into place: texts and pieces with every line, bin/ with all
+    but the ``bin_left_out`` lines (1-based: pairs that would only add noise to a training set, such as empty
+    sources), meta.json, and each line's scores with the dataset card when ``sentence_scores`` are given."""
     if not (len(source_text) == len(source_pieces) == len(target_pieces) == len(target_text)):
         raise AssertionError("distilled output is not line-aligned with the source; this is a bug")
     with atomic.building_directory(out_dir) as work:
@@ -76,7 +77,10 @@ def write_output(out_dir: Path, *, split: str, src: str, tgt: str, source_text: 
         for lang, text, pieces in ((src, source_text, source_pieces), (tgt, target_text, target_pieces)):
             distilled.text(split, lang).write_text(_lines(text), encoding="utf-8")
             distilled.pieces(split, lang).write_text(_lines(pieces), encoding="utf-8")
-        binarize(distilled.bin.root, split, src, tgt, dict_dir, source_tokens, target_pieces)
+        left_out = {line - 1 for line in bin_left_out}
+        kept = [i for i in range(len(source_tokens)) if i not in left_out]
+        binarize(distilled.bin.root, split, src, tgt, dict_dir, [source_tokens[i] for i in kept],
+                 [target_pieces[i] for i in kept])
         meta["files"]["original_splits_in_bin"] = copy_other_splits(data_dir, distilled.bin.root, split, src, tgt)
         atomic.write_json(distilled.meta_file, meta)
         if sentence_scores is not None:

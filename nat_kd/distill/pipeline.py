@@ -20,6 +20,8 @@ from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
 from nat_kd.tokenization import TokenizationSettings
 
+from .agreement import check_against_fairseq
+from .backends import backend_class
 from .decoding import DecodingSettings
 from .output import write_output
 from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
@@ -54,6 +56,24 @@ class DistillConfig:
     threads: int = 0  # torch threads per worker; 0: cores / workers
     device: str = "auto"  # "cpu", "cuda", or auto
     progress_bar: bool = True
+    backend: str = "fairseq"  # or "ctranslate2" (nat_kd/distill/backends)
+    compute_type: str = "float32"  # ctranslate2: float32, int8, int8_float32; on a GPU also float16, bfloat16
+    fp16: bool = False  # fairseq on a GPU: the teacher in half precision
+    ct2_cache: str | None = None  # ctranslate2: converted teachers (default: OUT/../.ctranslate2-cache)
+    keep_empty_lines: bool = False  # bin/ keeps the (empty, empty) pairs of empty sources too
+    check_against_fairseq: int = 0  # at the merge: decode this many sentences with the fairseq backend too
+
+    def check(self) -> None:
+        """Options that do not fit together."""
+        if self.backend != "ctranslate2" and self.compute_type != "float32":
+            raise SettingsError(f"--compute-type {self.compute_type} is for --backend ctranslate2; the fairseq "
+                                "backend takes --fp16 (on a GPU)")
+        if self.check_against_fairseq and self.backend == "fairseq":
+            raise SettingsError("--check-against-fairseq compares another backend with fairseq: add --backend "
+                                "ctranslate2")
+        if self.backend != "fairseq" and self.fp16:
+            raise SettingsError("--fp16 is for the fairseq backend; with --backend ctranslate2 use --compute-type "
+                                "float16 (or bfloat16) on a GPU")
 
     def __post_init__(self):
         if self.spm_model is not None:
@@ -71,7 +91,8 @@ class DistillResult:
     meta: dict | None = None
 
 
-def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float) -> dict:
+def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float,
+           agreement: dict | None) -> dict:
     cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
     store.check_complete(len(chunks), num_shards)
     out_dir = Path(cfg.out_dir)
@@ -94,12 +115,14 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
                             "and rerun")
     source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     out = DistilledSet(out_dir)
+    bin_left_out = [] if cfg.keep_empty_lines else corpus.empty_lines
     teacher_meta = {**teacher.describe(), "sha256": session.fingerprint()["teachers"],
                     "parameters": sum(p.numel() for model in teacher.models for p in model.parameters())}
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
-        "seed": cfg.decoding.seed, "teacher": teacher_meta, "corpus": corpus.source_description,
+        "seed": cfg.decoding.seed, "backend": backend_class(cfg.backend).describe(cfg),
+        "teacher": teacher_meta, "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
         "tokenization": session.tokenization.describe(),
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
@@ -109,18 +132,22 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "batching": {"max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                      "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
                      "required_batch_size_multiple": 1, "num_shards": num_shards},
+        **({"check_against_fairseq": agreement} if agreement else {}),
         "fingerprint": session.fingerprint(), "nat_kd_version": __version__,
         "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
         "files": {"source": out.text(cfg.split, teacher.source_lang).name,
                   "target": out.text(cfg.split, teacher.target_lang).name,
                   "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/",
+                  # empty sources have an empty target in the text files, and no pair in bin/ by default
+                  "binarized_sentences": len(corpus) - len(bin_left_out), "binarized_left_out_lines": bin_left_out,
                   "scores": out.scores_file.name, "card": [out.card_markdown.name, out.card_json.name]},
     }
     write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
                  source_text=corpus.source_text, source_tokens=corpus.source_tokens,
                  source_pieces=source_pieces, target_pieces=pieces,
                  target_text=target_text, dict_dir=teacher.dict_dir, meta=meta,
-                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None, references=corpus.references,
+                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None, bin_left_out=bin_left_out,
+                 references=corpus.references,
                  sentence_scores=SentenceScores(line_scores, SentenceScorer().settings))
     # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
     meta["timing"]["wall_seconds"] = round(time.perf_counter() - started, 3)
@@ -135,10 +162,15 @@ def _already_done(out: DistilledSet, fingerprint: dict) -> dict | None:
 
 def distill(cfg: DistillConfig) -> DistillResult:
     started = time.perf_counter()
+    cfg.check()
     device = choose_device(cfg)
+    if cfg.fp16 and device == "cpu":
+        raise SettingsError("--fp16 runs the teacher in half precision on a GPU: add --device cuda")
     workers, threads = parallelism(cfg, device)
     num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
     session = Session(cfg, device)
+    backend = backend_class(cfg.backend)
+    backend.check(session)
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
     fingerprint = session.fingerprint()
@@ -154,6 +186,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
     decoded, decode_wall = 0, 0.0
     if not cfg.merge_only:
+        backend.prepare(session)
         pending = [i for i in shard_chunks(len(chunks), shard_id, num_shards) if not store.is_done(i)]
         logger.info("%s: %d chunks, %d to decode in %s (%d worker(s) x %d thread(s) on %s)", out_dir,
                     len(chunks), len(pending), label, workers, threads, device)
@@ -174,6 +207,8 @@ def distill(cfg: DistillConfig) -> DistillResult:
                       "sentences_decoded_this_run": decoded,
                       "sentences_per_second": round(decoded / decode_wall, 2) if decode_wall > 0 else None,
                       "workers": workers, "threads_per_worker": threads, "device": device}
-            done = _merge(session, store, chunks, num_shards, timing, started)
+            agreement = (check_against_fairseq(session, cfg.check_against_fairseq, workers * threads)
+                         if cfg.check_against_fairseq else None)
+            done = _merge(session, store, chunks, num_shards, timing, started, agreement)
     store.remove()
     return DistillResult(out_dir, True, done)

@@ -19,7 +19,9 @@ from nat_kd.errors import NatKdError
 
 
 # Bump when a change makes old partial progress unusable.
-PROGRESS_VERSION = 3  # 2: batches as fairseq-generate's (reference lengths too); 3: per-line scores
+# 2: batches as fairseq-generate's (reference lengths too); 3: per-line scores, or backends and empty sources;
+# 4: both (a chunk's scores hold the backend's log-probability)
+PROGRESS_VERSION = 4
 
 
 class ProgressError(NatKdError):

@@ -2,8 +2,9 @@
 
 Either raw text (encoded here into the teacher's tokens, tokenization.py) or a fairseq-binarized split. The
 references are raw text, or else the binarized target side decoded to text the same way as the teacher's
-output. Long sources are truncated to the teacher's maximum positions and empty sources decoded as they are;
-both are recorded (1-based line numbers) rather than dropped, so the output always has one line per input line.
+output. Long sources are truncated to the teacher's maximum positions; empty sources are not decoded (an empty
+target); both are recorded (1-based line numbers) rather than dropped, so the output always has one line per
+input line.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ Workers are spawned, not forked: each loads its own teacher, and nothing is inhe
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing
 import os
 import sys
@@ -19,10 +20,10 @@ from nat_kd.analysis.metrics.sentence import SentenceScorer, sacrebleu_statistic
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 
-from .decoding import DecodingStrategy, build_strategy
+from .backends import backend_class, build_backend
+from .decoding import build_strategy
 from .progress import PROGRESS_VERSION, ChunkStore
 from .scores import statistics
-from .source import token_strings
 
 if TYPE_CHECKING:
     from .pipeline import DistillConfig
@@ -51,7 +52,9 @@ def parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
         return 1, cfg.threads or 1
     # under torchrun, the ranks on this machine share its cores
     cores = max(1, available_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    workers = cfg.workers or cores
+    # CTranslate2 parallelises one batch over its own threads better than over processes (measured on 2 cores,
+    # docs/generate_distilled.md); fairseq: one single-threaded process per core
+    workers = cfg.workers or (1 if cfg.backend == "ctranslate2" else cores)
     return workers, cfg.threads or max(1, cores // workers)
 
 
@@ -79,8 +82,10 @@ class Session:
             raise SettingsError(f"strategy {self.strategy.name} reranks against the reference: pass --reference, "
                                 "or binarized data (--data) with the split's target side")
         self.dataset = self._dataset()
-        if device != "cpu":
-            self.teacher.to(device)
+        if device != "cpu" and cfg.backend == "fairseq":
+            import torch
+
+            self.teacher.to(device, dtype=torch.float16 if cfg.fp16 else None)
 
     def _dataset(self):
         """The corpus as the LanguagePairDataset fairseq-generate builds for a binarized split (the translation
@@ -128,48 +133,44 @@ class Session:
             cfg = self.cfg
             self._fingerprint = {
                 "progress_version": PROGRESS_VERSION, "teachers": [sha256_file(p) for p in cfg.teachers],
+                "backend": backend_class(cfg.backend).describe(cfg),
                 "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
-                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, **self.tokenization.fingerprint()}
+                "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, **self.tokenization.fingerprint(),
+                "keep_empty_lines": cfg.keep_empty_lines}
         return self._fingerprint
 
-    def decoder(self) -> ChunkDecoder:
-        return ChunkDecoder(self.teacher, self.strategy, self.dataset, self.codecs[1], self.corpus.references,
-                            self.device)
+    def decoder(self, threads: int = 1) -> ChunkDecoder:
+        return ChunkDecoder(self, threads)
 
 
 class ChunkDecoder:
-    """Decodes chunks of the corpus with a teacher: fairseq's collater and SequenceGenerator, batch by batch."""
+    """Decodes chunks of the corpus batch by batch with the configured backend (``backends``), keeps one
+    hypothesis per sentence (the strategy's rule) and detokenizes. Empty sources are not decoded: their
+    target is empty."""
 
-    def __init__(self, teacher, strategy: DecodingStrategy, dataset, codec, references=None, device="cpu"):
-        self.teacher, self.strategy, self.dataset = teacher, strategy, dataset
-        self.references, self.codec, self.device = references, codec, device
-        self.generator = strategy.build_generator(teacher.models, teacher.tgt_dict)
+    def __init__(self, session: Session, threads: int = 1, backend=None):
+        self.strategy, self.references = session.strategy, session.corpus.references
+        self.codec = session.codecs[1]
+        if self.strategy.needs_reference and self.references is None:
+            raise SettingsError(f"{self.strategy.name} needs the references (--reference)")
+        self.empty = {line - 1 for line in session.corpus.empty_lines}
+        self.backend = backend or build_backend(session, threads)
         self.scorer = SentenceScorer()
-        if strategy.needs_reference and references is None:
-            raise SettingsError(f"{strategy.name} needs the references (--reference)")
 
     def decode_batch(self, ids: list[int]) -> list[tuple[int, str, float]]:
-        """(sentence id, pieces of the kept hypothesis, its length-normalised log-probability) for each
-        sentence of one fairseq batch."""
-        sample = self.dataset.collater([self.dataset[i] for i in ids])
-        if self.device != "cpu":
-            from fairseq import utils
-            sample = utils.move_to_cuda(sample, device=self.device)
-        hypos = self.teacher.task.inference_step(self.generator, self.teacher.models, sample)
-        sentence_ids = sample["id"].tolist()
-        if self.strategy.needs_reference:
-            kept = []
-            for sentence_id, nbest in zip(sentence_ids, hypos):
-                candidates = token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for h in nbest])
-                texts = self.codec.decode_all(candidates)
-                kept.append(nbest[self.strategy.choose(texts, self.references[sentence_id])])
-        else:
-            kept = [nbest[0] for nbest in hypos]
-        pieces = token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for h in kept])
-        # the mean of the per-token log-probabilities (EOS included): fairseq's score without the length penalty
-        logprobs = [float(h["positional_scores"].mean()) for h in kept]
-        return list(zip(sentence_ids, pieces, logprobs))
+        """(sentence id, pieces of the kept hypothesis, its length-normalised log-probability: the backend's
+        ``Hypothesis.logprob``) for each sentence of one batch; an empty source gets an empty target and a NaN
+        log-probability (nothing was decoded)."""
+        out = [(i, "", math.nan) for i in ids if i in self.empty]
+        decoded = self.backend.decode([i for i in ids if i not in self.empty]) if len(out) < len(ids) else []
+        for sentence_id, nbest in decoded:
+            best = nbest[0]
+            if self.strategy.needs_reference:
+                texts = self.codec.decode_all([h.pieces for h in nbest])
+                best = nbest[self.strategy.choose(texts, self.references[sentence_id])]
+            out.append((sentence_id, best.pieces, best.logprob))
+        return out
 
     def decode_chunk(self, batches: list[list[int]]) -> dict:
         """The chunk's sentences in id order: pieces, text and log-probability; with references, the chunk's
@@ -219,7 +220,7 @@ def _worker_init(cfg: DistillConfig, threads: int) -> None:
     torch.set_num_threads(threads)
     reuse_freed_memory()
     logging.disable(logging.WARNING)  # fairseq's loading chatter, once per worker
-    _WORKER["decoder"] = Session(cfg).decoder()
+    _WORKER["decoder"] = Session(cfg).decoder(threads)
 
 
 def _worker_decode(job):
@@ -242,7 +243,7 @@ def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[in
 
             torch.set_num_threads(threads)
             reuse_freed_memory()
-            decoder = session.decoder()
+            decoder = session.decoder(threads)
             for index, batches in jobs:
                 result = decoder.decode_chunk(batches)
                 store.save(index, result)

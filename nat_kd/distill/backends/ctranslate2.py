@@ -1,0 +1,198 @@
+"""The CTranslate2 backend: the teacher converted once to CTranslate2 and decoded by its C++ engine.
+
+Conversion (``converted_model``) goes through CTranslate2's own ``FairseqConverter``, into a cache folder
+keyed by the content hash of the checkpoint, its dictionaries and the CTranslate2 version, written
+atomically; every later run, worker and shard loads the cached copy. The converted model is float32;
+``--compute-type`` (int8, float16, ...) is applied by CTranslate2 when it loads it.
+
+The strategies map onto CTranslate2's decoding options: beam (``beam_size``, ``length_penalty``), greedy
+(beam 1), seq-inter (``num_hypotheses`` = K of a beam of K), sampling/topk/topp (``sampling_topk`` 0 or k,
+``sampling_topp``, ``sampling_temperature``). fairseq's length limit a * source length + b exists here only
+for a = 0 (``max_decoding_length``).
+
+Sampling: CTranslate2 draws from one random generator per thread, seeded once, the first time that thread
+samples, by ``set_random_seed`` (src/random.cc); it cannot be reseeded later. So each batch is decoded by a
+fresh translator (a fresh thread) after setting the seed to a hash of (--seed, the batch's sentence ids):
+a sentence's sample depends on the seed and on its batch, and batches are fixed by the chunk plan
+(--max-tokens, --max-sentences), not by shards, workers or resumption. Unlike the fairseq backend's per-
+sentence streams, another batch size gives other samples (docs/generate_distilled.md).
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nat_kd import atomic
+from nat_kd.errors import SettingsError
+from nat_kd.hashing import sha256_file, sha256_json
+
+from ..source import token_strings
+from . import Hypothesis
+
+if TYPE_CHECKING:
+    from ..pipeline import DistillConfig
+    from ..workers import Session
+
+logger = logging.getLogger("nat_kd.generate_distilled")
+
+SAMPLING_STRATEGIES = ("sampling", "topk", "topp")
+REFUSED = "use --backend fairseq (the default), which decodes any fairseq model"
+
+
+def cache_dir(cfg: DistillConfig) -> Path:
+    """Where converted teachers are kept: --ct2-cache, else beside the output folder (shared by every
+    distilled set written there, so each teacher is converted once)."""
+    return Path(cfg.ct2_cache) if cfg.ct2_cache else Path(cfg.out_dir).resolve().parent / ".ctranslate2-cache"
+
+
+def check(session: Session) -> None:
+    """Refuse, before converting anything, what this backend cannot decode as the fairseq backend would."""
+    import ctranslate2
+    from fairseq.models.nat import FairseqNATModel
+    from fairseq.models.transformer import TransformerModel
+
+    cfg, teacher = session.cfg, session.teacher
+    if len(teacher.models) > 1:
+        raise SettingsError(f"the ctranslate2 backend decodes one checkpoint, not an ensemble of "
+                            f"{len(teacher.models)} ({', '.join(teacher.paths)}): {REFUSED}")
+    model = teacher.models[0]
+    if isinstance(model, FairseqNATModel) or not isinstance(model, TransformerModel):  # NAT models subclass it
+        raise SettingsError(f"teacher {teacher.paths[0]} is a {type(model).__name__} ({teacher.archs[0]}), not an "
+                            f"autoregressive transformer; CTranslate2 cannot convert it: {REFUSED}")
+    if getattr(model.decoder, "adaptive_softmax", None) is not None:
+        raise SettingsError(f"teacher {teacher.paths[0]} uses an adaptive softmax, which CTranslate2 cannot "
+                            f"convert: {REFUSED}")
+    if cfg.decoding.max_len_a != 0:
+        raise SettingsError(f"--max-len-a {cfg.decoding.max_len_a}: CTranslate2 limits outputs to a fixed length "
+                            "(--max-len-b) only; use --max-len-a 0 or --backend fairseq")
+    device = device_and_index(session.device)[0]
+    supported = sorted(ctranslate2.get_supported_compute_types(device))
+    if cfg.compute_type not in supported:
+        raise SettingsError(f"--compute-type {cfg.compute_type}: this machine's {device} supports "
+                            f"{', '.join(supported)}")
+
+
+def converted_model(teacher, cache: Path) -> Path:
+    """The teacher (a single-checkpoint TeacherEnsemble) in CTranslate2's format, converted on first use into
+    ``cache``, keyed by content hash."""
+    import ctranslate2
+    from ctranslate2.converters import FairseqConverter
+
+    import fairseq_plugins
+
+    key = sha256_json({"teacher": sha256_file(teacher.paths[0]),
+                       "dictionaries": [sha256_file(teacher.dict_dir / f"dict.{lang}.txt")
+                                        for lang in (teacher.source_lang, teacher.target_lang)],
+                       "ctranslate2": ctranslate2.__version__})
+    final = Path(cache) / key[:32]
+    if (final / "model.bin").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second process (another shard) waits for the first's conversion
+        if not (final / "model.bin").is_file():
+            logger.info("converting %s to CTranslate2 into %s", teacher.paths[0], final)
+            converter = FairseqConverter(teacher.paths[0], str(teacher.dict_dir), source_lang=teacher.source_lang,
+                                         target_lang=teacher.target_lang,
+                                         user_dir=str(Path(fairseq_plugins.__file__).parent))
+            with atomic.building_directory(final) as work:
+                try:
+                    converter.convert(str(work), force=True)
+                except (ValueError, NotImplementedError, KeyError, AttributeError) as err:
+                    raise SettingsError(f"CTranslate2 {ctranslate2.__version__} cannot convert teacher "
+                                        f"{teacher.paths[0]}: {err}; {REFUSED}") from None
+                atomic.write_json(work / "nat_kd_source.json", {"teacher": str(Path(teacher.paths[0]).resolve()),
+                                                                "dictionaries": str(teacher.dict_dir), "key": key})
+    return final
+
+
+def device_and_index(device: str) -> tuple[str, int]:
+    """nat_kd's device name ("cpu", "cuda", "cuda:N") as CTranslate2's (device, device_index)."""
+    name, _, index = device.partition(":")
+    return name, int(index or 0)
+
+
+def batch_seed(seed: int, ids: list[int]) -> int:
+    """A 32-bit seed from --seed and the batch's sentence ids (a fixed batch gets a fixed seed)."""
+    return int(sha256_json([seed, sorted(ids)])[:8], 16)
+
+
+class CTranslate2Backend:
+    name = "ctranslate2"
+
+    def __init__(self, session: Session, threads: int = 1):
+        import ctranslate2
+
+        cfg, strategy = session.cfg, session.strategy
+        self.session, self.threads = session, threads
+        self.src_dict = session.teacher.src_dict
+        self.source_tokens = session.corpus.source_tokens
+        check(session)
+        self.model_dir = converted_model(session.teacher, cache_dir(cfg))
+        self.device, self.device_index = device_and_index(session.device)
+        self.compute_type = cfg.compute_type
+        self.sampling = strategy.name in SAMPLING_STRATEGIES
+        s = cfg.decoding
+        # fairseq's limit: b tokens, then EOS is forced; never past the decoder's positions
+        self.max_length = min(s.max_len_b, session.teacher.max_positions[1] - 1)
+        self.options = dict(beam_size=strategy.beam_size, length_penalty=s.lenpen, max_decoding_length=self.max_length,
+                            min_decoding_length=1, max_input_length=0, return_scores=True,
+                            num_hypotheses=strategy.beam_size if strategy.needs_reference else 1)
+        if self.sampling:
+            self.options.update(sampling_topk=strategy.top_k if strategy.top_k > 0 else 0,
+                                sampling_topp=strategy.top_p if 0 < strategy.top_p < 1 else 1.0,
+                                sampling_temperature=s.temperature)
+            # the model's files, read once: each batch loads a fresh translator from memory (see the module doc)
+            self.files = {p.name: p.read_bytes() for p in self.model_dir.iterdir() if p.is_file()}
+            self.translator = None
+        else:
+            self.translator = self._translator()
+        self._ctranslate2 = ctranslate2
+
+    def _translator(self, files=None):
+        import ctranslate2
+
+        return ctranslate2.Translator(str(self.model_dir), device=self.device, device_index=self.device_index,
+                                      compute_type=self.compute_type, inter_threads=1, intra_threads=self.threads,
+                                      files=files)
+
+    check = staticmethod(check)
+
+    @staticmethod
+    def prepare(session: Session) -> None:
+        """Convert (or find) the teacher once, before the workers start and look for it."""
+        converted_model(session.teacher, cache_dir(session.cfg))
+
+    @staticmethod
+    def describe(cfg: DistillConfig) -> dict:
+        """meta.json's ``backend``."""
+        import ctranslate2
+
+        sampling = cfg.decoding.strategy in SAMPLING_STRATEGIES
+        return {"name": CTranslate2Backend.name, "ctranslate2_version": ctranslate2.__version__,
+                "compute_type": cfg.compute_type,
+                **({"sampling_reproducible": "the same seed and batching (--max-tokens, --max-sentences) give the "
+                    "same samples whatever the shards, workers or resumption; another batching gives other "
+                    "samples, and they differ from the fairseq backend's"} if sampling else {})}
+
+    def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
+        """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
+        source = [line.split() for line in token_strings(self.src_dict, [self.source_tokens[i] for i in ids])]
+        if self.sampling:
+            self._ctranslate2.set_random_seed(batch_seed(self.session.cfg.decoding.seed, ids))
+            results = self._translator(self.files).translate_batch(source, **self.options)
+        else:
+            results = self.translator.translate_batch(source, **self.options)
+        lenpen = self.options["length_penalty"]
+        out = []
+        for sentence_id, result in zip(ids, results):
+            nbest = []
+            for tokens, score in zip(result.hypotheses, result.scores):
+                # CTranslate2's score is fairseq's: the summed log-probability over length ** lenpen, where the
+                # length counts EOS (absent when the output stopped at the length limit)
+                length = len(tokens) + (len(tokens) < self.max_length)
+                nbest.append(Hypothesis(" ".join(tokens), score * length ** lenpen / length))
+            out.append((sentence_id, nbest))
+        return out

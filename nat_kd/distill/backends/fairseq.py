@@ -1,0 +1,48 @@
+"""The fairseq backend: the teacher's own PyTorch modules and fairseq's SequenceGenerator (the reference).
+
+Beam search and greedy give fairseq-generate's hypotheses token for token when batched as it batches
+(docs/generate_distilled.md); any fairseq architecture and ensembles work.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..source import token_strings
+from . import Hypothesis
+
+if TYPE_CHECKING:
+    from ..workers import Session
+
+
+class FairseqBackend:
+    name = "fairseq"
+
+    def __init__(self, session: Session, threads: int = 1):  # threads: torch's, set by the worker
+        self.teacher, self.dataset, self.device = session.teacher, session.dataset, session.device
+        self.nbest = session.strategy.beam_size if session.strategy.needs_reference else 1
+        self.generator = session.strategy.build_generator(self.teacher.models, self.teacher.tgt_dict)
+
+    @staticmethod
+    def check(session: Session) -> None:
+        """Any fairseq model decodes here."""
+
+    @staticmethod
+    def prepare(session: Session) -> None:
+        """Nothing to prepare: every worker loads the checkpoint itself."""
+
+    @staticmethod
+    def describe(cfg) -> dict:
+        """meta.json's ``backend``."""
+        return {"name": FairseqBackend.name, "fp16": cfg.fp16}
+
+    def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
+        """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
+        sample = self.dataset.collater([self.dataset[i] for i in ids])
+        if self.device != "cpu":
+            from fairseq import utils
+            sample = utils.move_to_cuda(sample, device=self.device)
+        hypos = self.teacher.task.inference_step(self.generator, self.teacher.models, sample)
+        kept = [nbest[: self.nbest] for nbest in hypos]
+        pieces = iter(token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for nbest in kept for h in nbest]))
+        return [(sentence_id, [Hypothesis(next(pieces), float(h["positional_scores"].float().mean())) for h in nbest])
+                for sentence_id, nbest in zip(sample["id"].tolist(), kept)]
