@@ -190,8 +190,9 @@ class CTranslate2Backend:
         for sentence_id, result in zip(ids, results):
             nbest = []
             for tokens, score in zip(result.hypotheses, result.scores):
-                # CTranslate2's score is fairseq's: the summed log-probability over length ** lenpen, where the
-                # length counts EOS (absent when the output stopped at the length limit)
+                # Read as fairseq's score (the summed log-probability over length ** lenpen, the length counting
+                # EOS, absent at the length limit) and brought to a per-token mean. It is not exactly fairseq's:
+                # up to 0.003 higher on the micro teacher (docs/generate_distilled.md, "The logprob column")
                 length = len(tokens) + (len(tokens) < self.max_length)
                 nbest.append(Hypothesis(" ".join(tokens), score * length ** lenpen / length))
             out.append((sentence_id, nbest))
