@@ -16,7 +16,6 @@ import torch
 
 from conftest import MICRO_MODEL, ROOT
 from nat_kd.distill.progress import ChunkStore, ProgressError, plan_chunks, shard_from_env
-from nat_kd.corpus import CorpusError
 from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.distill import DistillConfig, distill
 from nat_kd.generate_distilled import main
@@ -63,6 +62,23 @@ def config(teacher, tiny_en_de, corpus, out, **kw):
                          split="valid", source=str(corpus / "src.en"), reference=str(corpus / "ref.de"),
                          dict_dir=str(tiny_en_de / "bin"), decoding=DecodingSettings(**decoding),
                          workers=kw.pop("workers", 1), threads=1, progress_bar=False, **kw)
+
+
+def kill_after_first_chunk_and_resume(command: list[str], out: Path) -> None:
+    """Run the generator ``command``, kill -9 it once a chunk is saved (before the last), then run it again
+    to the end; checks the kill really fell mid-run and nothing half-written was left."""
+    partial = out.with_name(out.name + ".partial")
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not list(partial.glob("chunk-*.json")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    saved = len(list(partial.glob("chunk-*.json")))
+    n_chunks = len(json.loads((partial / "plan.json").read_text())["chunks"])
+    assert 0 < saved < n_chunks and not out.exists()  # really killed mid-run, nothing half-written
+    assert subprocess.run(command, cwd=ROOT).returncode == 0
+    assert not partial.exists()
 
 
 def output_bytes(out: Path) -> dict:
@@ -164,19 +180,8 @@ def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp
     out = tmp_path / "killed"
     command = cli(teacher, tiny_en_de, corpus, out, "--strategy", "topk", "--max-tokens", "1100",
                   "--max-sentences", "6", "--chunk-sentences", "6")
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    partial = tmp_path / "killed.partial"
-    deadline = time.time() + 120
-    while not list(partial.glob("chunk-*.json")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    saved = len(list(partial.glob("chunk-*.json")))
-    n_chunks = len(json.loads((partial / "plan.json").read_text())["chunks"])
-    assert 0 < saved < n_chunks and not out.exists()  # really killed mid-run, nothing half-written
-    assert subprocess.run(command, cwd=ROOT).returncode == 0
+    kill_after_first_chunk_and_resume(command, out)
     assert output_bytes(out) == output_bytes(reference)
-    assert not partial.exists()
 
 
 def test_two_shards_then_merge_equal_one_run(runs, teacher, tiny_en_de, corpus, tmp_path):
@@ -441,7 +446,7 @@ def test_distilled_set_names_every_file_the_generator_writes(runs):
 def test_scores_tsv_holds_each_lines_scores_and_the_teachers_log_probability(runs, teacher, tiny_en_de, corpus):
     """scores.tsv, written while decoding: sacrebleu's sentence scores, and the mean log-probability that the
     teacher, forced through the kept output one sentence at a time, gives its tokens and EOS."""
-    from fairseq.data import Dictionary, data_utils
+    from fairseq.data import data_utils
     from fairseq_plugins.teacher import TeacherEnsemble
     from nat_kd.analysis.metrics.sentence import SentenceScores
 

@@ -1,18 +1,15 @@
 """The ctranslate2 backend of nat_kd.generate_distilled on the micro teacher, against the fairseq backend."""
 import json
-import signal
-import subprocess
-import time
 
 import pytest
 import torch
 
-from conftest import ROOT
 from nat_kd.analysis.metrics.sentence import SentenceScores
 from nat_kd.distill import DistillConfig, distill
 from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.errors import SettingsError
-from test_generate import EMPTY_LINE, N_LINES, cli, config, corpus, lines, output_bytes, teacher  # noqa: F401
+from test_generate import (EMPTY_LINE, N_LINES, cli, config, corpus, kill_after_first_chunk_and_resume,  # noqa: F401
+                           lines, output_bytes, teacher)
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -91,17 +88,7 @@ def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp
     command = cli(teacher, tiny_en_de, corpus, out, "--strategy", "topk", "--max-tokens", "1100",
                   "--max-sentences", "6", "--chunk-sentences", "6", "--backend", "ctranslate2",
                   "--ct2-cache", str(tmp_path / "c"))
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    partial = tmp_path / "killed.partial"
-    deadline = time.time() + 120
-    while not list(partial.glob("chunk-*.json")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    saved = len(list(partial.glob("chunk-*.json")))
-    n_chunks = len(json.loads((partial / "plan.json").read_text())["chunks"])
-    assert 0 < saved < n_chunks and not out.exists()  # really killed mid-run, nothing half-written
-    assert subprocess.run(command, cwd=ROOT).returncode == 0
+    kill_after_first_chunk_and_resume(command, out)
     assert output_bytes(out) == output_bytes(whole)
 
 
