@@ -106,7 +106,7 @@ def test_conversion_is_cached_and_reused(teacher, tiny_en_de, corpus, tmp_path, 
     assert conversions == [1] and (models[0] / "model.bin").stat().st_mtime_ns == written
     assert [p for p in (tmp_path / "c").iterdir() if p.is_dir()] == models
     assert first.meta["backend"] == {"name": "ctranslate2", "ctranslate2_version": ctranslate2.__version__,
-                                     "compute_type": "float32"}
+                                     "compute_type": "float32", "sub_batch_tokens": 2048}
     assert second.meta["sentences"] == N_LINES
     # by default the cache is beside the output folder
     distill(config(teacher, tiny_en_de, corpus, tmp_path / "d" / "o", strategy="greedy", backend="ctranslate2"))

@@ -121,7 +121,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
-        "seed": cfg.decoding.seed, "backend": backend_class(cfg.backend).describe(cfg),
+        "seed": cfg.decoding.seed, "backend": backend_class(cfg.backend).describe(cfg, session.device),
         "teacher": teacher_meta, "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
         "tokenization": session.tokenization.describe(),

@@ -52,8 +52,8 @@ def parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
         return 1, cfg.threads or 1
     # under torchrun, the ranks on this machine share its cores
     cores = max(1, available_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    # CTranslate2 parallelises one batch over its own threads better than over processes (measured on 2 cores,
-    # docs/generate_distilled.md); fairseq: one single-threaded process per core
+    # CTranslate2: one process, one model replica per core decoding sub-batches side by side (faster than
+    # processes on 2 cores, docs/generate_distilled.md); fairseq: one single-threaded process per core
     workers = cfg.workers or (1 if cfg.backend == "ctranslate2" else cores)
     return workers, cfg.threads or max(1, cores // workers)
 
@@ -133,7 +133,7 @@ class Session:
             cfg = self.cfg
             self._fingerprint = {
                 "progress_version": PROGRESS_VERSION, "teachers": [sha256_file(p) for p in cfg.teachers],
-                "backend": backend_class(cfg.backend).describe(cfg),
+                "backend": backend_class(cfg.backend).describe(cfg, self.device),
                 "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                 "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, **self.tokenization.fingerprint(),
@@ -157,14 +157,22 @@ class ChunkDecoder:
         self.empty = {line - 1 for line in session.corpus.empty_lines}
         self.backend = backend or build_backend(session, threads)
         self.scorer = SentenceScorer()
+        self._last_finish = 0.0
 
     def decode_batch(self, ids: list[int]) -> list[tuple[int, str, float]]:
         """(sentence id, pieces of the kept hypothesis, its length-normalised log-probability: the backend's
         ``Hypothesis.logprob``) for each sentence of one batch; an empty source gets an empty target and a NaN
         log-probability (nothing was decoded)."""
-        out = [(i, "", math.nan) for i in ids if i in self.empty]
-        decoded = self.backend.decode([i for i in ids if i not in self.empty]) if len(out) < len(ids) else []
-        for sentence_id, nbest in decoded:
+        return self._finish_batch(self._submit_batch(ids))
+
+    def _submit_batch(self, ids: list[int]):
+        empty = [(i, "", math.nan) for i in ids if i in self.empty]
+        decoding = [i for i in ids if i not in self.empty]
+        return empty, (self.backend.submit(decoding) if decoding else None)
+
+    def _finish_batch(self, pending) -> list[tuple[int, str, float]]:
+        out, decoding = pending
+        for sentence_id, nbest in (decoding.result() if decoding else []):
             best = nbest[0]
             if self.strategy.needs_reference:
                 texts = self.codec.decode_all([h.pieces for h in nbest])
@@ -175,8 +183,18 @@ class ChunkDecoder:
     def decode_chunk(self, batches: list[list[int]]) -> dict:
         """The chunk's sentences in id order: pieces, text and log-probability; with references, the chunk's
         summed BLEU/chrF statistics (see scores); and each line's scores (nat_kd.analysis.metrics.sentence)."""
-        start = time.perf_counter()
-        results = sorted(row for batch in batches for row in self.decode_batch(batch))
+        return self.finish_chunk(self.submit_chunk(batches))
+
+    def submit_chunk(self, batches: list[list[int]]):
+        """Queue the chunk's batches on the backend; ``finish_chunk`` waits for them and builds the chunk."""
+        return time.perf_counter(), [self._submit_batch(batch) for batch in batches]
+
+    def finish_chunk(self, pending) -> dict:
+        """The chunk (see decode_chunk). Its ``seconds`` run from its submission or the previous chunk's
+        finish, whichever came later, so that the chunks' seconds add up to the decoding's wall time."""
+        submitted, batches = pending
+        start = max(submitted, self._last_finish)
+        results = sorted(row for batch in batches for row in self._finish_batch(batch))
         chunk = {"ids": [i for i, _, _ in results], "pieces": [p for _, p, _ in results]}
         chunk["text"] = self.codec.decode_all(chunk["pieces"])
         references, per_line = None, None
@@ -186,7 +204,8 @@ class ChunkDecoder:
             chunk["statistics"] = statistics(chunk["text"], references, per_line)
         scores = self.scorer.score(chunk["text"], references, per_line, [lp for _, _, lp in results])
         chunk["scores"] = {name: values.tolist() for name, values in scores.columns.items()}
-        chunk["seconds"] = round(time.perf_counter() - start, 3)
+        self._last_finish = time.perf_counter()
+        chunk["seconds"] = round(self._last_finish - start, 3)
         return chunk
 
 
@@ -244,10 +263,17 @@ def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[in
             torch.set_num_threads(threads)
             reuse_freed_memory()
             decoder = session.decoder(threads)
-            for index, batches in jobs:
-                result = decoder.decode_chunk(batches)
-                store.save(index, result)
-                bar.update(len(result["ids"]))
+            # the next chunk is queued before this one is finished, so a backend that decodes in its own
+            # threads (CTranslate2) keeps them busy while this process detokenizes, scores and saves
+            queued = []
+            for job in [*jobs, None]:
+                if job is not None:
+                    queued.append((job[0], decoder.submit_chunk(job[1])))
+                if len(queued) == 2 or (job is None and queued):
+                    index, submitted = queued.pop(0)
+                    result = decoder.finish_chunk(submitted)
+                    store.save(index, result)
+                    bar.update(len(result["ids"]))
         else:
             context = multiprocessing.get_context("spawn")
             with context.Pool(min(workers, len(jobs)), initializer=_worker_init,

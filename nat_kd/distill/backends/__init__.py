@@ -5,9 +5,11 @@
     ctranslate2  the teacher converted once to CTranslate2 (cached by its content hash) and decoded by it:
                  about twice as fast on the CPU, for single transformer checkpoints
 
-Each backend class has ``describe(cfg)`` (meta.json's ``backend``, part of the run's fingerprint),
+Each backend class has ``describe(cfg, device)`` (meta.json's ``backend``, part of the run's fingerprint),
 ``check(session)`` (refuses what it cannot decode, before anything is written), ``prepare(session)`` (run
-once in the main process before the workers start) and ``decode(ids)``.
+once in the main process before the workers start), ``decode(ids)``, and ``submit(ids)``, whose ``result()``
+gives ``decode``'s answer: a backend that decodes in its own threads returns at once, so the caller can queue
+more work meanwhile.
 Both take the same batches (the chunk plan) and return, per sentence, ``Hypothesis`` objects best first;
 ``workers.ChunkDecoder`` picks one (the strategy's rule) and detokenizes it. A backend never detokenizes.
 """

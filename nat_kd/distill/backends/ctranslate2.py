@@ -10,6 +10,12 @@ The strategies map onto CTranslate2's decoding options: beam (``beam_size``, ``l
 ``sampling_topp``, ``sampling_temperature``). fairseq's length limit a * source length + b exists here only
 for a = 0 (``max_decoding_length``).
 
+Parallelism on the CPU: ``threads`` model replicas (CTranslate2's ``inter_threads``, one intra-op thread each)
+decode sub-batches of at most ``CPU_SUB_BATCH_TOKENS`` source tokens, which CTranslate2 cuts from each batch of
+the chunk plan (sorted by length, so the cut depends on the batch alone). ``submit`` queues a batch without
+waiting, so the caller can queue the next chunk while this one finishes and no replica idles at a chunk's end.
+On a GPU, and when sampling: one replica with ``threads`` intra-op threads, and the plan's batches as they are.
+
 Sampling: CTranslate2 draws from one random generator per thread, seeded once, the first time that thread
 samples, by ``set_random_seed`` (src/random.cc); it cannot be reseeded later. So each batch is decoded by a
 fresh translator (a fresh thread) after setting the seed to a hash of (--seed, the batch's sentence ids):
@@ -39,6 +45,7 @@ logger = logging.getLogger("nat_kd.generate_distilled")
 
 SAMPLING_STRATEGIES = ("sampling", "topk", "topp")
 REFUSED = "use --backend fairseq (the default), which decodes any fairseq model"
+CPU_SUB_BATCH_TOKENS = 2048  # faster than whole 12000-token batches on 2 cores (docs/generate_distilled.md)
 
 
 def cache_dir(cfg: DistillConfig) -> Path:
@@ -114,6 +121,13 @@ def device_and_index(device: str) -> tuple[str, int]:
     return name, int(index or 0)
 
 
+def sub_batch_tokens(device: str, strategy: str) -> int:
+    """CTranslate2's ``max_batch_size`` in source tokens (0: the batch as it is). Sampling keeps whole batches
+    on one replica: a replica's random stream continues from batch to batch, so which replica takes which
+    sub-batch would change the samples."""
+    return CPU_SUB_BATCH_TOKENS if device == "cpu" and strategy not in SAMPLING_STRATEGIES else 0
+
+
 def batch_seed(seed: int, ids: list[int]) -> int:
     """A 32-bit seed from --seed and the batch's sentence ids (a fixed batch gets a fixed seed)."""
     return int(sha256_json([seed, sorted(ids)])[:8], 16)
@@ -132,6 +146,7 @@ class CTranslate2Backend:
         check(session)
         self.model_dir = converted_model(session.teacher, cache_dir(cfg))
         self.device, self.device_index = device_and_index(session.device)
+        self.sub_batch_tokens = sub_batch_tokens(self.device, strategy.name)
         self.compute_type = cfg.compute_type
         self.sampling = strategy.name in SAMPLING_STRATEGIES
         s = cfg.decoding
@@ -155,8 +170,9 @@ class CTranslate2Backend:
         import ctranslate2
 
         return ctranslate2.Translator(str(self.model_dir), device=self.device, device_index=self.device_index,
-                                      compute_type=self.compute_type, inter_threads=1, intra_threads=self.threads,
-                                      files=files)
+                                      compute_type=self.compute_type, files=files,
+                                      **({"inter_threads": self.threads, "intra_threads": 1} if self.sub_batch_tokens
+                                         else {"inter_threads": 1, "intra_threads": self.threads}))
 
     check = staticmethod(check)
 
@@ -166,34 +182,52 @@ class CTranslate2Backend:
         converted_model(session.teacher, cache_dir(session.cfg))
 
     @staticmethod
-    def describe(cfg: DistillConfig) -> dict:
+    def describe(cfg: DistillConfig, device: str) -> dict:
         """meta.json's ``backend``."""
         import ctranslate2
 
         sampling = cfg.decoding.strategy in SAMPLING_STRATEGIES
         return {"name": CTranslate2Backend.name, "ctranslate2_version": ctranslate2.__version__,
-                "compute_type": cfg.compute_type,
+                "compute_type": cfg.compute_type, 
+                "sub_batch_tokens": sub_batch_tokens(device_and_index(device)[0], cfg.decoding.strategy),
                 **({"sampling_reproducible": "the same seed and batching (--max-tokens, --max-sentences) give the "
                     "same samples whatever the shards, workers or resumption; another batching gives other "
                     "samples, and they differ from the fairseq backend's"} if sampling else {})}
 
     def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
         """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
+        return self.submit(ids).result()
+
+    def submit(self, ids: list[int]) -> "PendingBatch":
+        """Queue one batch on the replicas and return at once; ``result()`` waits for it. Sampling batches are
+        decoded before returning: each needs its own seeded translator (see the module doc)."""
         source = [line.split() for line in token_strings(self.src_dict, [self.source_tokens[i] for i in ids])]
+        options = dict(self.options, max_batch_size=self.sub_batch_tokens, batch_type="tokens")
         if self.sampling:
             self._ctranslate2.set_random_seed(batch_seed(self.session.cfg.decoding.seed, ids))
-            results = self._translator(self.files).translate_batch(source, **self.options)
+            results = self._translator(self.files).translate_batch(source, **options)
         else:
-            results = self.translator.translate_batch(source, **self.options)
+            results = self.translator.translate_batch(source, asynchronous=True, **options)
+        return PendingBatch(self, ids, results)
+
+    def hypotheses(self, result) -> list[Hypothesis]:
         lenpen = self.options["length_penalty"]
-        out = []
-        for sentence_id, result in zip(ids, results):
-            nbest = []
-            for tokens, score in zip(result.hypotheses, result.scores):
-                # Read as fairseq's score (the summed log-probability over length ** lenpen, the length counting
-                # EOS, absent at the length limit) and brought to a per-token mean. It is not exactly fairseq's:
-                # up to 0.003 higher on the micro teacher (docs/generate_distilled.md, "The logprob column")
-                length = len(tokens) + (len(tokens) < self.max_length)
-                nbest.append(Hypothesis(" ".join(tokens), score * length ** lenpen / length))
-            out.append((sentence_id, nbest))
-        return out
+        nbest = []
+        for tokens, score in zip(result.hypotheses, result.scores):
+            # Read as fairseq's score (the summed log-probability over length ** lenpen, the length counting
+            # EOS, absent at the length limit) and brought to a per-token mean. It is not exactly fairseq's:
+            # up to 0.003 higher on the micro teacher (docs/generate_distilled.md, "The logprob column")
+            length = len(tokens) + (len(tokens) < self.max_length)
+            nbest.append(Hypothesis(" ".join(tokens), score * length ** lenpen / length))
+        return nbest
+
+
+class PendingBatch:
+    """A batch queued on CTranslate2's replicas (or already decoded, when sampling)."""
+
+    def __init__(self, backend: CTranslate2Backend, ids: list[int], results):
+        self.backend, self.ids, self.results = backend, ids, results
+
+    def result(self) -> list[tuple[int, list[Hypothesis]]]:
+        done = [r.result() if hasattr(r, "result") else r for r in self.results]
+        return [(i, self.backend.hypotheses(r)) for i, r in zip(self.ids, done)]

@@ -31,9 +31,13 @@ class FairseqBackend:
         """Nothing to prepare: every worker loads the checkpoint itself."""
 
     @staticmethod
-    def describe(cfg) -> dict:
+    def describe(cfg, device: str) -> dict:
         """meta.json's ``backend``."""
         return {"name": FairseqBackend.name, "fp16": cfg.fp16}
+
+    def submit(self, ids: list[int]) -> "DecodedBatch":
+        """The batch decoded now (fairseq decodes in the calling thread); ``result()`` returns it."""
+        return DecodedBatch(self.decode(ids))
 
     def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
         """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
@@ -46,3 +50,11 @@ class FairseqBackend:
         pieces = iter(token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for nbest in kept for h in nbest]))
         return [(sentence_id, [Hypothesis(next(pieces), float(h["positional_scores"].float().mean())) for h in nbest])
                 for sentence_id, nbest in zip(sample["id"].tolist(), kept)]
+
+
+class DecodedBatch:
+    def __init__(self, decoded: list[tuple[int, list[Hypothesis]]]):
+        self.decoded = decoded
+
+    def result(self) -> list[tuple[int, list[Hypothesis]]]:
+        return self.decoded
