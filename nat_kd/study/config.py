@@ -6,7 +6,7 @@ otherwise silently run the default). ``profile_path`` resolves a bundled profile
 from __future__ import annotations
 
 import tomllib
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from nat_kd.errors import NatKdError

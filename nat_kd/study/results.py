@@ -60,7 +60,7 @@ def born_again_table(cfg: StudyConfig, res: dict) -> str:
         rows.append([r, "real data" if r == 1 else f"round {r - 1}'s distilled data", cell(at.get("test_bleu"), ".2f"),
                      cell(data.get("bleu_vs_reference"), ".2f"),
                      cell(res.get(f"born_again.{r}.student", {}).get("test_bleu"), ".2f")])
-    return table(["round", "AT trained on", "AT test BLEU", f"round's data BLEU vs real",
+    return table(["round", "AT trained on", "AT test BLEU", "round's data BLEU vs real",
                    f"{family} test BLEU on it"], rows)
 
 
