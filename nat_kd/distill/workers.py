@@ -265,15 +265,19 @@ def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[in
             decoder = session.decoder(threads)
             # the next chunk is queued before this one is finished, so a backend that decodes in its own
             # threads (CTranslate2) keeps them busy while this process detokenizes, scores and saves
-            queued = []
-            for job in [*jobs, None]:
-                if job is not None:
-                    queued.append((job[0], decoder.submit_chunk(job[1])))
-                if len(queued) == 2 or (job is None and queued):
-                    index, submitted = queued.pop(0)
-                    result = decoder.finish_chunk(submitted)
-                    store.save(index, result)
-                    bar.update(len(result["ids"]))
+            def finish(index, submitted):
+                result = decoder.finish_chunk(submitted)
+                store.save(index, result)
+                bar.update(len(result["ids"]))
+
+            queued = None
+            for index, batches in jobs:
+                submitted = (index, decoder.submit_chunk(batches))
+                if queued:
+                    finish(*queued)
+                queued = submitted
+            if queued:
+                finish(*queued)
         else:
             context = multiprocessing.get_context("spawn")
             with context.Pool(min(workers, len(jobs)), initializer=_worker_init,

@@ -53,6 +53,8 @@ class FairseqBackend:
 
 
 class DecodedBatch:
+    """A batch already decoded, behind the ``result()`` of a queued one (see ``backends``)."""
+
     def __init__(self, decoded: list[tuple[int, list[Hypothesis]]]):
         self.decoded = decoded
 
