@@ -3,7 +3,7 @@
     fairseq      fairseq's SequenceGenerator on the teacher's PyTorch modules (the default and the reference:
                  beam search gives fairseq-generate's hypotheses token for token; any architecture, ensembles)
     ctranslate2  the teacher converted once to CTranslate2 (cached by its content hash) and decoded by it:
-                 about twice as fast on the CPU, for single transformer checkpoints
+                 faster on the CPU (docs/generate_distilled.md), for single transformer checkpoints
 
 Each backend class has ``describe(cfg, device)`` (meta.json's ``backend``, part of the run's fingerprint),
 ``check(session)`` (refuses what it cannot decode, before anything is written), ``prepare(session)`` (run
