@@ -55,4 +55,3 @@ python -m nat_kd.generate_distilled --teacher-path "$TEACHER/checkpoint_best.pt"
 echo "== 5/5 analyse the real and the distilled training data"
 python -m nat_kd.analyze report --real-src "$DATA/raw/train.$SRC" --real-tgt "$DATA/raw/train.$TGT" \
   --set-dir "$RUN_DIR/distill/beam5" --drop-empty --out "$RUN_DIR/analysis"
-echo "report: $RUN_DIR/analysis/report.md; figure: $RUN_DIR/analysis/complexity_vs_faithfulness.png; card: $RUN_DIR/distill/beam5/CARD.md"
