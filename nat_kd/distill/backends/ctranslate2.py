@@ -188,7 +188,7 @@ class CTranslate2Backend:
 
         sampling = cfg.decoding.strategy in SAMPLING_STRATEGIES
         return {"name": CTranslate2Backend.name, "ctranslate2_version": ctranslate2.__version__,
-                "compute_type": cfg.compute_type, 
+                "compute_type": cfg.compute_type,
                 "sub_batch_tokens": sub_batch_tokens(device_and_index(device)[0], cfg.decoding.strategy),
                 **({"sampling_reproducible": "the same seed and batching (--max-tokens, --max-sentences) give the "
                     "same samples whatever the shards, workers or resumption; another batching gives other "
