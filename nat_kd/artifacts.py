@@ -23,6 +23,11 @@ def _read_json(path: Path) -> dict:
         raise CorpusError(f"{path}:{err.lineno}: invalid JSON ({err.msg}); rebuild that folder") from None
 
 
+def _file(name: str, doc: str | None = None) -> property:
+    """A file (or subfolder) of the artefact's folder with a fixed name, as a read-only path property."""
+    return property(lambda self: self.root / name, doc=doc or name)
+
+
 @dataclass(frozen=True)
 class _Folder:
     root: Path
@@ -54,18 +59,9 @@ class BinarizedData(_Folder):
 class PreparedCorpus(_Folder):
     """nat_kd.prepare's output folder; its module docstring says what each file holds."""
 
-    @property
-    def manifest_file(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def spm_model(self) -> Path:
-        return self.root / "spm.model"
-
-    @property
-    def bpe_codes(self) -> Path:
-        """(a corpus prepared with --bpe-codes) a copy of the subword-nmt codes."""
-        return self.root / "bpe.codes"
+    manifest_file = _file("manifest.json")
+    spm_model = _file("spm.model")
+    bpe_codes = _file("bpe.codes", "(a corpus prepared with --bpe-codes) a copy of the subword-nmt codes.")
 
     @property
     def bin(self) -> BinarizedData:
@@ -121,9 +117,7 @@ class PreparedCorpus(_Folder):
 class DistilledSet(_Folder):
     """nat_kd.generate_distilled's output folder (docs/generate_distilled.md lists what each file holds)."""
 
-    @property
-    def meta_file(self) -> Path:
-        return self.root / "meta.json"
+    meta_file = _file("meta.json")
 
     @property
     def bin(self) -> BinarizedData:
@@ -138,33 +132,16 @@ class DistilledSet(_Folder):
         """One side, detokenized, line-aligned with the input: the source as given, or the distilled targets."""
         return self.root / f"{split}.{lang}"
 
-    @property
-    def pieces_dir(self) -> Path:
-        return self.root / "spm"
+    pieces_dir = _file("spm")
 
     def pieces(self, split: str, lang: str) -> Path:
         """The same in the teacher's own tokens (sentencepiece pieces, or BPE units with their joiners)."""
         return self.pieces_dir / f"{split}.{lang}"
 
-    @property
-    def scores_file(self) -> Path:
-        """scores.tsv: each line's scores against its reference (nat_kd.analysis.metrics.sentence)."""
-        return self.root / "scores.tsv"
-
-    @property
-    def card_markdown(self) -> Path:
-        """CARD.md, the dataset card (nat_kd.analysis.card), for people."""
-        return self.root / "CARD.md"
-
-    @property
-    def card_json(self) -> Path:
-        """card.json, the same card for programs."""
-        return self.root / "card.json"
-
-    @property
-    def card_figure(self) -> Path:
-        """The card's histograms of the per-line scores."""
-        return self.root / "card_scores.png"
+    scores_file = _file("scores.tsv", "each line's scores against its reference (nat_kd.analysis.metrics.sentence)")
+    card_markdown = _file("CARD.md", "the dataset card (nat_kd.analysis.card), for people")
+    card_json = _file("card.json", "the same card for programs")
+    card_figure = _file("card_scores.png", "The card's histograms of the per-line scores.")
 
     def meta(self) -> dict | None:
         """meta.json, or None while the set is not complete."""
