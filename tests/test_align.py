@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from nat_kd.analysis.align import (RECOMMENDED, AlignerOptions, FastAlign, _compute_dlogz, _compute_z, digamma,
-                          run_fast_align_binary)
+                                   run_fast_align_binary)
+from nat_kd.analysis.formats import (NULL_WORD, Alignments, TranslationTable, format_alignments, format_table,
+                                     read_alignments, read_table)
+from nat_kd.corpus import CorpusError
 
 TIE = 1e-9  # links whose scores differ by less than this (relative) are decided by rounding, not by the model
-from nat_kd.analysis.formats import (NULL_WORD, Alignments, TranslationTable, format_alignments, format_table,
-                                 read_alignments, read_table)
-from nat_kd.corpus import CorpusError
 
 
 # ---------------------------------------------------------------- a plain per-token reference (tests only)

@@ -21,13 +21,13 @@ def ct2(teacher, tiny_en_de, corpus, out, cache, **kw):  # noqa: F811
 def teacher_scores(session, pairs, lenpen: float) -> list[float]:
     """fairseq's beam score of each (sentence id, pieces): the teacher-forced log-probability of the pieces and
     EOS, divided by their number ** lenpen (what SequenceGenerator ranks hypotheses by)."""
-    teacher, tgt = session.teacher, session.teacher.tgt_dict
+    model, tgt = session.teacher, session.teacher.tgt_dict
     out = []
     for sentence_id, pieces in pairs:
         src = session.corpus.source_tokens[sentence_id].unsqueeze(0)
         target = tgt.encode_line(pieces, add_if_not_exist=False, append_eos=True).long().unsqueeze(0)
         previous = torch.cat([target.new_full((1, 1), tgt.eos()), target[:, :-1]], dim=1)
-        log_probs = teacher.log_probs(src, torch.tensor([src.size(1)]), previous)
+        log_probs = model.log_probs(src, torch.tensor([src.size(1)]), previous)
         out.append(log_probs.gather(-1, target.unsqueeze(-1)).sum().item() / target.size(1) ** lenpen)
     return out
 

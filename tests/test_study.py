@@ -476,7 +476,7 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
     for title in ["C(d) by source-word frequency", "F(d) against the smoothing", "The targets' surface"]:
         section = text.split(title, 1)[1].split("###", 1)[0]
         for name in sets:
-            line = next(l for l in section.splitlines() if l.startswith(f"| {name} |"))
+            line = next(row_line for row_line in section.splitlines() if row_line.startswith(f"| {name} |"))
             assert "| - |" not in line, line
     capsys.readouterr()
     assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus, "--list"]) == 0

@@ -101,7 +101,7 @@ class Report:
                                  for row in self.rows]).rstrip("\n")]
         if self.languages:
             lines += ["", "Mode mix (mean p(l|y)): " + "; ".join(
-                f"{row['name']}: " + ", ".join(f"{l}={row['mode_mix'][l]:.3f}" for l in self.languages)
+                f"{row['name']}: " + ", ".join(f"{lang}={row['mode_mix'][lang]:.3f}" for lang in self.languages)
                 for row in self.rows)]
         if any("frequency_buckets" in row for row in self.rows):
             lines += ["", "Source words by their count in the real data (C(d) within the bucket; of the word pairs "
@@ -163,7 +163,7 @@ class AnalysisReport:
         self.bleu = sacrebleu.BLEU(lowercase=tokenizer.lowercase)
         self.modes = None
         if mode_texts:
-            models = UnigramModels.from_texts({l: tokenizer.corpus(t) for l, t in mode_texts.items()})
+            models = UnigramModels.from_texts({lang: tokenizer.corpus(t) for lang, t in mode_texts.items()})
             self.modes = Modes(models)
 
     def run(self, real: DataSet, distilled: list[DataSet]) -> Report:

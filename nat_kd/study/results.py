@@ -70,10 +70,11 @@ def modes_table(res: dict) -> str:
         return "(not run)\n"
     langs = m["languages"]
     rows = [[r["name"], cell(r.get("test_bleu"), ".2f"), cell(r["mode_purity"], ".3f")]
-            + [cell(r["mode_mix"][l], ".3f") for l in langs] + [cell(r["argmax_share"][l], ".3f") for l in langs]
+            + [cell(r["mode_mix"][lang], ".3f") for lang in langs]
+            + [cell(r["argmax_share"][lang], ".3f") for lang in langs]
             for r in m["rows"]]
-    return table(["outputs", "test BLEU (mixed refs)", "purity"] + [f"p({l} \\| y)" for l in langs]
-                  + [f"argmax {l}" for l in langs], rows)
+    return table(["outputs", "test BLEU (mixed refs)", "purity"] + [f"p({lang} \\| y)" for lang in langs]
+                  + [f"argmax {lang}" for lang in langs], rows)
 
 
 def capacity_figure(cfg: StudyConfig, res: dict, path: Path) -> None:

@@ -102,6 +102,6 @@ class Modes:
                          for k in range(post.shape[1])], axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             posteriors = sums / n_known[:, None]
-        prior = ",".join(f"{l}={p:.3g}" for l, p in zip(self.models.languages, self.models.prior))
+        prior = ",".join(f"{lang}={p:.3g}" for lang, p in zip(self.models.languages, self.models.prior))
         signature = Signature("modes", {**(settings or {}), "prior": prior})
         return ModesScore(self.models.languages, posteriors, int((n_known == 0).sum()), signature)
