@@ -241,6 +241,21 @@ def test_runner_wipes_a_work_folder_left_by_other_inputs(tmp_path):
     assert (tmp_path / "work" / "a" / "checkpoint_last.pt").exists()
 
 
+def test_records_say_how_the_steps_ran_and_the_results_report_it(tmp_path):
+    from nat_kd.study.results import _layout
+
+    calls = []
+    Runner(tmp_path / "a", jobs=2, threads=1).run([_step("x", "1", calls)])
+    Runner(tmp_path / "b", jobs=1, threads=3).run([_step("y", "1", calls)])
+    x, y = (json.loads((tmp_path / d / "steps" / f"{n}.json").read_text()) for d, n in [("a", "x"), ("b", "y")])
+    assert (x["jobs"], x["threads"], y["jobs"], y["threads"]) == (2, 1, 1, 3)
+    assert _layout([x]) == "steps ran 2 at a time, 1 torch thread each"
+    assert _layout([y, y]) == "steps ran 1 at a time, 3 torch threads each"
+    old = {k: v for k, v in x.items() if k not in ("jobs", "threads")}  # a record written before the fields
+    for mixed in ([x, y], [x, old]):
+        assert _layout(mixed).startswith("steps ran with the layouts in the step wall-time table")
+
+
 def test_runner_runs_independent_steps_side_by_side(tmp_path):
     import threading
 
@@ -284,6 +299,7 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     for title in ["## 1. Teachers", "## 2. Distilled", "## 3. NAT students", "## 4. Born-Again", "## 5. Multi-modality"]:
         assert title in text
     cfg = study_config.load("micro")
+    assert f"steps ran {cfg.jobs} at a time, 1 torch thread each" in text
     data = json.loads((results / "results.json").read_text())
     steps = data["steps"]
     assert set(steps) == {s.name for s in build_plan(cfg, results)}

@@ -252,6 +252,15 @@ def _corpus_line(cfg: StudyConfig) -> str:
     return f"{cfg.src}-{cfg.tgt}, " + ", ".join(f"{key} `{value}`" for key, value in cfg.corpus.items())
 
 
+def _layout(records) -> str:
+    """How the steps ran, from their records: a study may be resumed with other --jobs or --threads."""
+    layouts = {(r.get("jobs"), r.get("threads")) for r in records}
+    if len(layouts) == 1 and None not in (layout := layouts.pop()):
+        jobs, threads = layout
+        return f"steps ran {jobs} at a time, {threads} torch thread{'s' if threads > 1 else ''} each"
+    return "steps ran with the layouts in the step wall-time table; '-' where a record predates them"
+
+
 def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     res = {name: rec["result"] for name, rec in records.items()}
@@ -278,7 +287,7 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
         f"Corpus: {_corpus_line(cfg)}.  \n"
         f"Hardware: {json.dumps(hardware())}.  \n"
         f"Total step time: {sum(w for w, _ in walls) / 60:.1f} min over {len(walls)} steps "
-        f"(steps ran {cfg.jobs} at a time, one torch thread each).\n",
+        f"({_layout(records.values())}).\n",
         "## 1. Teachers\n", teachers_table(cfg, res),
         "## 2. Distilled training sets (analysis of the training targets)\n", decoding_table(cfg, res),
         "![complexity vs faithfulness](analysis/complexity_vs_faithfulness.png)\n",
@@ -295,7 +304,8 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
         *(["## 5. Multi-modality (untagged en -> de/fr/cs)\n", modes_table(res), "![mode mix](modes/mode_mix.png)\n"]
           if cfg.modes else []),
         "## Step wall times\n",
-        table(["step", "wall (s)"], [[n, f"{w:.0f}"] for w, n in walls]),
+        table(["step", "wall (s)", "steps at a time", "torch threads"],
+              [[n, f"{w:.0f}", records[n].get("jobs", "-"), records[n].get("threads", "-")] for w, n in walls]),
     ]
     paths["markdown"] = out / "results.md"
     atomic.write_text(paths["markdown"], "\n".join(sections))

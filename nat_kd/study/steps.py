@@ -89,7 +89,9 @@ class Runner:
         wall = time.perf_counter() - started
         record = {"name": step.name, "kind": step.kind, "settings": step.settings, "deps": step.deps,
                   "fingerprint": fingerprint, "digest": sha256_files(result.get("outputs", [])),
-                  "wall_seconds": round(wall, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "result": result}
+                  "wall_seconds": round(wall, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+                  # what the wall time was measured under (--jobs and --threads may override the config's)
+                  "jobs": self.jobs, "threads": self.threads, "result": result}
         atomic.write_json(self.records_dir / f"{step.name}.json", record)
         return record
 
