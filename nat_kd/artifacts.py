@@ -61,7 +61,7 @@ class PreparedCorpus(_Folder):
 
     manifest_file = _file("manifest.json")
     spm_model = _file("spm.model")
-    bpe_codes = _file("bpe.codes", "(a corpus prepared with --bpe-codes) a copy of the subword-nmt codes.")
+    bpe_codes = _file("bpe.codes", "(a corpus prepared with --bpe-codes) a copy of the subword-nmt codes")
 
     @property
     def bin(self) -> BinarizedData:
@@ -141,7 +141,7 @@ class DistilledSet(_Folder):
     scores_file = _file("scores.tsv", "each line's scores against its reference (nat_kd.analysis.metrics.sentence)")
     card_markdown = _file("CARD.md", "the dataset card (nat_kd.analysis.card), for people")
     card_json = _file("card.json", "the same card for programs")
-    card_figure = _file("card_scores.png", "The card's histograms of the per-line scores.")
+    card_figure = _file("card_scores.png", "the card's histograms of the per-line scores")
 
     def meta(self) -> dict | None:
         """meta.json, or None while the set is not complete."""
