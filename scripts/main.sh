@@ -47,10 +47,14 @@ fairseq-generate "$BIN" --user-dir fairseq_plugins --task translation --gen-subs
   --required-batch-size-multiple 1 --remove-bpe sentencepiece --scoring sacrebleu \
   > "$TEACHER/valid.generate.txt" 2> "$TEACHER/valid.generate.log"
 tail -n 1 "$TEACHER/valid.generate.txt"
+# fairseq-generate's closing line: "Generate valid with beam=5: BLEU = 29.80 ..."; the card records it
+VALID_BLEU="$(sed -n 's/.*: BLEU = \([0-9.]*\).*/\1/p' "$TEACHER/valid.generate.txt" | tail -n 1)"
 
 echo "== 4/5 distil the training set with the teacher (beam 5)"
 python -m nat_kd.generate_distilled --teacher-path "$TEACHER/checkpoint_best.pt" --prepared "$DATA" \
   --split train --strategy beam --beam 5 --out "$RUN_DIR/distill/beam5"
+
+python -m nat_kd.analyze card "$RUN_DIR/distill/beam5" --teacher-valid-bleu "$VALID_BLEU"
 
 echo "== 5/5 analyse the real and the distilled training data"
 python -m nat_kd.analyze report --real-src "$DATA/raw/train.$SRC" --real-tgt "$DATA/raw/train.$TGT" \

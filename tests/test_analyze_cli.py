@@ -78,6 +78,14 @@ def test_report_contract(corpus, capsys):
         ("1", 7), ("2-4", 3), ("5-19", 1), ("20+", 0)]
     assert all(b["kept"] == 1.0 for b in rows["copy"]["frequency_buckets"] if b["real_pairs"])
     assert "| kd-beam5 | 1 | 7 |" in (out / "report.md").read_text()
+    # the first table's count is the frequency table's last column summed, under the same name
+    for row in rows.values():
+        assert row["words_losing_all"] == sum(b["words_losing_all"] for b in row["frequency_buckets"])
+    assert rows["real"]["words_losing_all"] == 0 < rows["kd-beam5"]["words_losing_all"]
+    first_table = (out / "report.md").read_text().split("\n\n", 1)[0]
+    assert "words losing every translation" in first_table and "words lost" not in first_table
+    kd_line = next(line for line in first_table.splitlines() if line.startswith("| kd-beam5 |"))
+    assert f"| {rows['kd-beam5']['words_losing_all']} |" in kd_line
     assert not (kd / "CARD.md").exists()  # a folder the generator did not write gets no card
 
 

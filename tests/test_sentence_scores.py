@@ -114,3 +114,13 @@ def test_the_cards_repeated_outputs_by_hand():
     assert rep["most_repeated_ngrams"][0] == ("ein mann", 2)
     assert sorted(rep["most_repeated_ngrams"][1:]) == [("hunde zwei", 1), ("zwei hunde", 1)]
     assert rep["most_frequent_outputs"] == [("ein mann ein mann .", 2)]
+
+
+def test_the_cards_histograms_clip_their_axis_at_a_percentile():
+    from nat_kd.analysis.card import HISTOGRAM_PERCENTILE, histogram_axis
+
+    ratios = np.concatenate([np.linspace(0.8, 1.2, 999), [17.0]])  # one runaway line, as in the main job's set
+    low, high, outside = histogram_axis(ratios)
+    assert HISTOGRAM_PERCENTILE == 99.5
+    assert 0.8 < low < 0.81 and 1.19 < high < 1.2 and outside == 10  # 5 off each end of 1,000 lines
+    assert histogram_axis(np.array([])) == (0.0, 1.0, 0)

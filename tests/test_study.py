@@ -1,6 +1,7 @@
 """The study driver: config checks, the step runner's skip/redo/resume rules, and the micro profile end to end."""
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,7 @@ def test_toml_syntax_error_names_the_line(tmp_path):
 
 
 def test_unknown_profile_lists_the_bundled_ones():
-    with pytest.raises(ConfigError, match="cpu, kd-effect, kd-effect-micro, micro, paper"):
+    with pytest.raises(ConfigError, match="cpu, decoding, decoding-micro, kd-effect, kd-effect-micro, micro, paper"):
         study_config.load("nonesuch")
 
 
@@ -499,3 +500,111 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
     assert capsys.readouterr().out.split().count("done") == len(steps)
     assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus]) == 0
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
+
+
+def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, capsys):
+    """The decoding profile's tables in miniature: the central table (data measures, student BLEU, gap with the
+    seed spread, bootstrap p, the paper's figures), the seed spread, the correlations and the speed table."""
+    from nat_kd.study.__main__ import main
+
+    out = tmp_path / "decoding"
+    corpus = _small_multi30k(tmp_path / "multi30k", evaluation=40)
+    assert main(["decoding-micro", "--out", str(out), "--data-dir", corpus]) == 0
+    results = out / "results"
+    text = (results / "results.md").read_text()
+    steps = json.loads((results / "results.json").read_text())["steps"]
+    cfg = study_config.load("decoding-micro")
+    assert set(steps) == {s.name for s in build_plan(cfg, results)}
+    labels = cfg.data_labels()
+    assert len(labels) == 8 and labels[-2:] == ["beam.mix-repeated", "beam.mix-bleu10"]
+    central = text.split("## The central table", 1)[1].split("###", 1)[0]
+    for label in labels:
+        row = next(line for line in central.splitlines() if line.startswith(f"| {label} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert "-" not in cells[2:11], row  # every data measure and both student BLEUs
+        test_bleu = steps[f"student.nat.{label}"]["result"]["test_bleu"]
+        assert cells[10] == f"{test_bleu:.2f}"
+        if label == "converged.beam":
+            assert cells[11:13] == ["-", "baseline"]
+        else:
+            assert "(seed sd" in cells[11] and 0 < float(cells[12]) <= 1, row
+    beam_row = next(line for line in central.splitlines() if line.startswith("| converged.beam |"))
+    assert beam_row.rstrip(" |").endswith("| 1.902 | 2.948 | 19.5")  # the paper's beam row beside ours
+    # the mixes really are nat_kd.mix sets of the beam set, with their counts
+    mix = steps["mix.beam.mix-repeated"]["result"]
+    assert mix["lines"] == steps["distil.converged.beam"]["result"]["sentences"] and mix["rule"] == "repeated"
+    seeds = [steps[s]["result"]["test_bleu"] for s in ("student.nat.converged.beam", "student.nat.converged.beam.seed2")]
+    spread = text.split("### Seed-to-seed spread", 1)[1].split("###", 1)[0]
+    assert f"| converged.beam | 2 | {seeds[0]:.2f}, {seeds[1]:.2f} |" in spread
+    assert steps["student.nat.converged.beam.seed2"]["settings"]["seed"] == 2
+    assert "seed" not in steps["student.nat.converged.beam"]["settings"]  # seed 1 keeps old fingerprints
+    correlations = text.split("### Do the data measures predict the student?", 1)[1].split("##", 1)[0]
+    assert "over 8 training sets" in correlations
+    for measure in ["C(d), paper (mean over types)", "C(d), token-weighted", "F(d), floor 1e-9", "FRS"]:
+        assert f"| {measure} |" in correlations
+    assert (results / "student_bleu_vs_complexity.png").stat().st_size > 10_000
+    speed = text.split("## Speed against quality", 1)[1].split("##", 1)[0]
+    systems = ["teacher converged beam", "teacher converged greedy", "nat on converged.beam", "cmlm on converged.beam"]
+    for system in systems:
+        for batching in ["batch size 1", "max tokens 2048"]:
+            row = next(line for line in speed.splitlines() if line.startswith(f"| {system} | {batching} |"))
+            assert "| - |" not in row, row
+    runs = steps["speed"]["result"]["runs"]
+    assert len(runs) == 4 * 2 and all(r["sentences"] == 40 for r in runs)
+    assert "students_vs_teacher_capacity.png" not in text  # one teacher: no trend to draw
+    assert "(copied from `nat_kd/study/profiles/decoding-micro.toml`)" in text  # not the machine's absolute path
+    capsys.readouterr()
+    assert main(["decoding-micro", "--out", str(out), "--data-dir", corpus, "--list"]) == 0
+    assert capsys.readouterr().out.split().count("done") == len(steps)
+    assert main(["decoding-micro", "--out", str(out), "--data-dir", corpus]) == 0
+    assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
+
+
+def test_a_study_reuses_the_finished_steps_of_another_with_the_same_fingerprint(tmp_path):
+    calls = []
+
+    def make(tag):
+        def run(ctx):
+            calls.append((tag, ctx.step.name))
+            out = ctx.work / "out.txt"
+            out.write_text(f"{ctx.step.name} {ctx.step.settings}")
+            return {"outputs": [str(out)]}
+        return run
+
+    def plan(tag, b_setting):
+        return [Step("a", "k", {"x": 1}, make(tag)), Step("b", "k", {"y": b_setting}, make(tag), ["a"])]
+
+    Runner(tmp_path / "first").run(plan("first", 1))
+    reuse = Runner(tmp_path / "second", reuse=(tmp_path / "first",))
+    records = reuse.run(plan("second", 2))  # a is the same step on the same inputs; b's setting differs
+    assert calls == [("first", "a"), ("first", "b"), ("second", "b")]
+    assert records["a"]["reused_from"] == str((tmp_path / "first").resolve())
+    assert (tmp_path / "second" / "steps" / "a.json").is_file() and "reused_from" not in records["b"]
+    with pytest.raises(StepError, match="not a study folder"):
+        Runner(tmp_path / "third", reuse=(tmp_path / "nowhere",))
+
+
+def test_the_decoding_profile_shares_the_kd_effect_teacher_and_beam_set(tmp_path):
+    """Same settings and dependencies, so the same fingerprints: --reuse runs/study/kd-effect skips them."""
+    plans = {name: {s.name: s for s in build_plan(study_config.load(name), tmp_path)}
+             for name in ("kd-effect", "decoding")}
+    for step in ("prepare", "teacher.converged", "distil.converged.beam"):
+        kd, decoding = plans["kd-effect"][step], plans["decoding"][step]
+        assert (kd.kind, kd.settings, kd.deps) == (decoding.kind, decoding.settings, decoding.deps), step
+    assert plans["kd-effect"]["student.nat.real"].settings != plans["decoding"]["student.nat.real"].settings
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("[[mixes]]\nname = 'm'\nof = 'zz.beam'\nrepeated = true\n", "of = 'zz.beam' is not a distilled set"),
+    ("[[mixes]]\nname = 'm'\nof = 'a.beam'\nrepeat = true\n", "unknown key(s) repeat"),
+    ("[[mixes]]\nname = 'real'\nof = 'a.beam'\nrepeated = true\n", "names must differ"),
+    ("[students]\nseeds = [1, 2]\nseed_sets = ['real']\n", "other than 1"),
+    ("[students]\nseeds = [2]\n", "seeds and seed_sets go together"),
+    ("[students]\nseeds = [2]\nseed_sets = ['a.nucleus']\n", "'a.nucleus' is not a training set"),
+    ("[speed]\ndata = 'a.beam'\nstudents = ['gpt']\n", "unknown 'gpt'"),
+    ("[speed]\ndata = 'a.beam'\nbatchings = ['batch:4']\n", "'batch:4' is not 'sentences:N' or 'tokens:N'"),
+    ("[speed]\ndata = 'a.beam'\nteacher_strategies = ['sampling']\n", "choose from 'beam', 'greedy'"),
+])
+def test_mix_seed_and_speed_errors_name_the_key(tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        study_config.load(_write(tmp_path, MINIMAL + extra))

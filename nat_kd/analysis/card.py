@@ -26,6 +26,7 @@ EXAMPLES = 10
 TOP = 10  # repeated n-grams and identical outputs listed
 LISTED_LINES = 10  # empty/truncated line numbers listed (the counts are complete)
 HISTOGRAMS = ("bleu", "chrf", "length_ratio", "logprob", "frs", "repeated_ngrams")
+HISTOGRAM_PERCENTILE = 99.5  # the histograms' axes end at this percentile (and start at 100 minus it)
 
 
 def _lines_field(numbers: list[int]) -> dict:
@@ -120,7 +121,10 @@ def card_markdown(card: dict, figure_name: str) -> str:
         [[name, s["lines"], _number(s["mean"]), *(_number(s[q]) for q in ("q10", "q25", "q50", "q75", "q90"))]
          for name, s in card["sentence_scores"]["summary"].items()]),
         "Settings: " + "; ".join(f"{k}: `{v}`" for k, v in card["sentence_scores"]["settings"].items()) + "\n",
-        f"![per-line scores]({figure_name})", ""]
+        f"![per-line scores]({figure_name})", "",
+        f"Each histogram's axis spans the {100 - HISTOGRAM_PERCENTILE:g}th to {HISTOGRAM_PERCENTILE:g}th percentile "
+        "of its lines; the title counts the lines off the axis (the repeated n-gram counts are drawn whole, on a log "
+        "scale).", ""]
     rep = card["repeated"]
     out += ["## Repeated outputs", "",
             f"{rep['lines']} of {lines['sentences']} outputs ({100 * rep['share']:.2f}%) repeat a {rep['n']}-gram "
@@ -157,11 +161,11 @@ def _analysis_markdown(analysis: dict | None) -> list[str]:
         return ["## Data measures", "", "C(d), F(d) and FRS need the corpus aligned: not measured yet. Run "
                 "`python -m nat_kd.analyze report --set-dir DIR --out OUT` to add them here.", ""]
     out = ["## Data measures", "", markdown.table(
-        ["set", "C(d)", "F(d)", "words lost", "FRS"],
+        ["set", "C(d)", "F(d)", "words losing every translation", "FRS"],
         [[analysis["real"]["name"], _number(analysis["real"]["complexity"]), "-", "-",
           _number(analysis["real"]["reordering"])],
          ["this set", _number(analysis["complexity"]), _number(analysis["faithfulness"]),
-          analysis["missing_words"], _number(analysis["reordering"])]]),
+          analysis.get("words_losing_all", "-"), _number(analysis["reordering"])]]),
         "Signatures: " + "; ".join(f"`{s}`" for s in analysis["signatures"].values()) + "\n"]
     real = analysis["real"]
     out += ["### Source words by frequency in the real data", "", frequency_markdown(
@@ -177,6 +181,16 @@ def frequency_markdown(sets: list[tuple[str, list[dict]]]) -> str:
           b["words_losing_all"]] for name, buckets in sets for b in buckets])
 
 
+def histogram_axis(values: np.ndarray) -> tuple[float, float, int]:
+    """The x range of a score's histogram, between the (100 - HISTOGRAM_PERCENTILE)th and HISTOGRAM_PERCENTILEth
+    percentiles, and how many lines fall off it: one line at length ratio 17 would otherwise set the axis and
+    leave every other line in one bar."""
+    if not len(values):
+        return 0.0, 1.0, 0
+    low, high = np.percentile(values, [100 - HISTOGRAM_PERCENTILE, HISTOGRAM_PERCENTILE])
+    return float(low), float(high), int(((values < low) | (values > high)).sum())
+
+
 def plot_scores(scores: SentenceScores, path) -> None:
     from nat_kd.analysis.plotting import plt, save_figure
 
@@ -186,9 +200,11 @@ def plot_scores(scores: SentenceScores, path) -> None:
         values = scores[name][~np.isnan(scores[name])]
         if name == "repeated_ngrams":  # counts: one bar per value, and a log scale for the rare long loops
             ax.hist(values, bins=np.arange(0, max(values.max(initial=0), 1) + 2) - 0.5, log=True)
+            ax.set_title(name, fontsize=9)
         else:
-            ax.hist(values, bins=30)
-        ax.set_title(name, fontsize=9)
+            low, high, outside = histogram_axis(values)
+            ax.hist(values, bins=30, range=(low, high) if high > low else None)
+            ax.set_title(name + (f"\n({outside} lines off the axis)" if outside else ""), fontsize=9)
         ax.tick_params(labelsize=7)
     axes[0][0].set_ylabel("lines")
     fig.tight_layout()

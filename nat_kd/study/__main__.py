@@ -33,6 +33,9 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", help="raw Multi30k folder (default: $NAT_KD_DATA, else ../shared/data/multi30k)")
     p.add_argument("--corpus", metavar="CORPUS.toml", help="your own corpus instead of Multi30k: a TOML file with a "
                    "[corpus] section (and [study] src, tgt) that replaces the config's (docs/study.md)")
+    p.add_argument("--reuse", metavar="DIR", action="append", default=[],
+                   help="an earlier study's folder (e.g. runs/study/kd-effect): its finished steps with the same "
+                        "settings on the same inputs count as done here (repeatable)")
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
     p.add_argument("--results-only", action="store_true",
                    help="rewrite the results folder from the step records there are; run nothing")
@@ -50,7 +53,7 @@ def _study(args, argv) -> int:
     # absolute: the model jobs run in the checkout, wherever the study was started from
     out = Path(args.out or f"runs/study/{cfg.name}").resolve()
     steps = build_plan(cfg, out / "results", args.data_dir)
-    runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads)
+    runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, reuse=tuple(map(Path, args.reuse)))
     if args.list:
         for line in runner.status(steps):
             print(line)

@@ -84,6 +84,26 @@ class DistillSpec:
 
 
 @dataclass(frozen=True)
+class MixSpec:
+    """[[mixes]]: a training set made by nat_kd.mix from a distilled set (its name is the set's label)."""
+    name: str
+    of: str  # the distilled set it mixes, by its label (TEACHER.STRATEGY)
+    rule: dict  # nat_kd.mix.MixRule fields
+
+
+@dataclass(frozen=True)
+class SpeedSpec:
+    """[speed]: test-set decoding speed on one thread, the teacher against NAT students (the reason NAT exists).
+    Each system decodes the test set with each batching, ``repeats`` times, the systems taking turns."""
+    teacher: str
+    teacher_strategies: tuple[str, ...]  # "beam" (the [evaluation] beam) and/or "greedy"
+    students: tuple[str, ...]  # families, each the student trained on ``data``
+    data: str  # a training set's label ("real", TEACHER.STRATEGY or a mix's name)
+    batchings: tuple[str, ...]  # "sentences:N" (fairseq's --batch-size N) or "tokens:N" (--max-tokens N)
+    repeats: int
+
+
+@dataclass(frozen=True)
 class StudyConfig:
     name: str
     src: str
@@ -109,6 +129,15 @@ class StudyConfig:
     # [corpus]: your own corpus instead of Multi30k (None): {"prepared": DIR} (nat_kd.prepare output) or
     # nat_kd.prepare's own-corpus settings {"trainpref": ..., "validpref": ..., "testpref": ..., "bpe_codes": ...}
     corpus: dict | None = None
+    mixes: tuple[MixSpec, ...] = ()
+    # more seeds of the student families on some training sets: the seed-to-seed spread beside every gap
+    student_seeds: tuple[int, ...] = ()
+    seed_sets: tuple[str, ...] = ()
+    speed: SpeedSpec | None = None
+
+    def data_labels(self) -> list[str]:
+        """Every training set's label, in plan order: the real data, the distilled sets, the mixes."""
+        return ["real"] + [d.name for d in self.distilled] + [m.name for m in self.mixes]
 
 
 def profile_path(name_or_path: str) -> Path:
@@ -240,7 +269,20 @@ def _build(raw: dict, path: Path) -> StudyConfig:
             raise ConfigError(f"{where}.families: unknown '{family}'; choose from {', '.join(STUDENT_FAMILIES)}")
     student_shape = _dataclass(ModelShape, students.pop("model", {}), "[students.model]")
     student_training = _dataclass(Training, students.pop("training", {}), "[students.training]")
+    seeds = tuple(_take(students, "seeds", [], where, list))  # beyond seed 1, which every student trains with
+    seed_sets = tuple(_take(students, "seed_sets", [], where, list))
     _no_leftovers(students, where)
+    if any(not isinstance(x, int) or x == 1 for x in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{where}.seeds = {list(seeds)}: give distinct integers other than 1 (every student "
+                          "trains with seed 1 already)")
+    if bool(seeds) != bool(seed_sets):
+        raise ConfigError(f"{where}: seeds and seed_sets go together (which seeds, on which training sets)")
+    mixes = _mixes(raw.pop("mixes", []), {d.name for d in distilled})
+    labels = ["real"] + [d.name for d in distilled] + [m.name for m in mixes]
+    for label in seed_sets:
+        if label not in labels:
+            raise ConfigError(f"{where}.seed_sets: '{label}' is not a training set ({', '.join(labels)})")
+    speed = _speed(raw.pop("speed", None), teachers, labels)
 
     section, where = dict(raw.pop("evaluation", {})), "[evaluation]"
     evaluation = {"beam": _take(section, "beam", 5, where, int),
@@ -290,7 +332,65 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     _no_leftovers(raw, "top level")
     return StudyConfig(name, src, tgt, vocab_size, train_limit, jobs, teachers, teacher_training, distilled,
                        decoding, max_tokens, families, student_shape, student_training, evaluation, analysis, rounds,
-                       born_student, born_shape, modes, path, corpus)
+                       born_student, born_shape, modes, path, corpus, mixes, seeds, seed_sets, speed)
+
+
+def _mixes(entries: list, distilled: set[str]) -> tuple[MixSpec, ...]:
+    """[[mixes]]: name, of (a distilled set's label) and the nat_kd.mix rule's keys."""
+    from nat_kd.mix import MixRule
+
+    rule_keys = {f.name for f in fields(MixRule)}
+    out = []
+    for entry in entries:
+        entry, where = dict(entry), "[[mixes]]"
+        name = _take(entry, "name", MISSING, where, str)
+        of = _take(entry, "of", MISSING, f"{where} {name}", str)
+        if of not in distilled:
+            raise ConfigError(f"{where} {name}: of = '{of}' is not a distilled set ({', '.join(sorted(distilled))})")
+        unknown = set(entry) - rule_keys
+        if unknown:
+            raise ConfigError(f"{where} {name}: unknown key(s) {', '.join(sorted(unknown))}; a mix takes name, of "
+                              f"and the rule's keys ({', '.join(sorted(rule_keys))})")
+        try:
+            MixRule(**entry).validate()
+        except NatKdError as err:
+            raise ConfigError(f"{where} {name}: {err}") from None
+        out.append(MixSpec(name, of, entry))
+    names = [m.name for m in out]
+    if len(set(names)) != len(names) or set(names) & (distilled | {"real"}):
+        raise ConfigError("[[mixes]]: names must differ from each other, from 'real' and from the distilled sets")
+    return tuple(out)
+
+
+def _speed(section: dict | None, teachers: tuple[TeacherSpec, ...], labels: list[str]) -> SpeedSpec | None:
+    if section is None:
+        return None
+    section, where = dict(section), "[speed]"
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
+    teacher = _take(section, "teacher", teachers[-1].name, where, str)
+    strategies = tuple(_take(section, "teacher_strategies", ["beam", "greedy"], where, list))
+    students = tuple(_take(section, "students", ["nat"], where, list))
+    data = _take(section, "data", MISSING, where, str)
+    batchings = tuple(_take(section, "batchings", ["sentences:1", "tokens:4096"], where, list))
+    repeats = _take(section, "repeats", 3, where, int)
+    _no_leftovers(section, where)
+    if teacher not in {t.name for t in teachers}:
+        raise ConfigError(f"{where}.teacher: '{teacher}' is not one of [[teachers.models]]")
+    if set(strategies) - {"beam", "greedy"} or not strategies:
+        raise ConfigError(f"{where}.teacher_strategies = {list(strategies)}: choose from 'beam', 'greedy'")
+    for family in students:
+        if family not in STUDENT_FAMILIES:
+            raise ConfigError(f"{where}.students: unknown '{family}'; choose from {', '.join(STUDENT_FAMILIES)}")
+    if data not in labels:
+        raise ConfigError(f"{where}.data: '{data}' is not a training set ({', '.join(labels)})")
+    for batching in batchings:
+        kind, _, size = str(batching).partition(":")
+        if kind not in ("sentences", "tokens") or not size.isdigit() or int(size) < 1:
+            raise ConfigError(f"{where}.batchings: '{batching}' is not 'sentences:N' or 'tokens:N'")
+    if repeats < 1:
+        raise ConfigError(f"{where}.repeats = {repeats}: at least 1")
+    return SpeedSpec(teacher, strategies, students, data, batchings, repeats)
 
 
 CORPUS_FILES = ("prepared", "trainpref", "validpref", "testpref", "spm_model", "bpe_codes")

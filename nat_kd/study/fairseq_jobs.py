@@ -110,10 +110,11 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
 
 def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: int, max_tokens: int, log: Path,
               threads: int, tokenization: TokenizationSettings, languages: tuple[str, str],
-              nat_family: str | None = None,
+              nat_family: str | None = None, batch_size: int | None = None,
               max_len_a: float = 0.0, max_len_b: int = 200) -> list[str]:
     """fairseq-generate ``split``; writes the hypotheses (in corpus order), detokenized by ``tokenization`` as
-    the corpus was tokenized, to ``out``."""
+    the corpus was tokenized, to ``out``. ``batch_size``: at most that many sentences a batch (fairseq's
+    --batch-size), within ``max_tokens``."""
     if nat_family:
         task = ["--task", "translation_lev", *STUDENT_FAMILIES[nat_family].decode_flags, "--beam", 1]
     else:
@@ -121,6 +122,7 @@ def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: i
     raw = out.with_suffix(".generate.txt")
     run_logged("fairseq_cli.generate", [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--gen-subset", split,
                 "--path", checkpoint, "--max-tokens", max_tokens, "--required-batch-size-multiple", 1,
+                *(["--batch-size", batch_size] if batch_size else []),
                 *tokenization.fairseq_flags(*languages)], log, threads, stdout=raw)
     hyps = {int(m.group(1)): m.group(2) for m in
             re.finditer(r"^D-(\d+)\t[^\t]*\t(.*)$", raw.read_text(encoding="utf-8"), re.M)}
@@ -131,6 +133,22 @@ def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: i
     out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     raw.unlink()
     return lines
+
+
+# fairseq-generate's closing line; its sentences/s has two decimals where its seconds have one
+_SPEED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in [\d.]+s \(([\d.]+) sentences/s")
+
+
+def generation_speed(log: Path) -> dict:
+    """The speed of the last fairseq-generate in ``log``, from its own closing line (the time spent generating,
+    loading the model and the data excluded)."""
+    found = _SPEED.findall(log.read_text(encoding="utf-8", errors="replace"))
+    if not found:
+        raise RuntimeError(f"{log}: no fairseq-generate 'Translated N sentences' line")
+    sentences, tokens, per_second = found[-1]
+    sentences, per_second = int(sentences.replace(",", "")), float(per_second)
+    return {"sentences": sentences, "tokens": int(tokens.replace(",", "")), "sentences_per_second": per_second,
+            "seconds": round(sentences / per_second, 3)}
 
 
 def bleu(hypotheses: list[str], references: list[str]) -> dict:

@@ -22,6 +22,11 @@ def student_arch(family: str) -> str:
     return f"kd_{family}_tiny"
 
 
+def student_step(family: str, data: str, seed: int = 1) -> str:
+    """The step that trains ``family`` on the training set labelled ``data``, with ``seed``."""
+    return f"student.{family}.{data}" + (f".seed{seed}" if seed != 1 else "")
+
+
 def count_parameters(arch: str, shape: ModelShape, vocab_size: int) -> int:
     from fairseq_plugins.counting import build_model
 
@@ -62,7 +67,7 @@ def _evaluate(ctx: StepContext, prepared: PreparedCorpus, bin_dir: Path, checkpo
 
 
 def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, shape: dict, training: dict,
-               nat_family: str | None, evaluation: dict, tgt: str) -> dict:
+               nat_family: str | None, evaluation: dict, tgt: str, seed: int = 1) -> dict:
     """Train one model (AT or NAT) on the prepared data or on a distilled set, then evaluate it. With
     ``bleu_every`` the checkpoint is the one with the best validation BLEU and the result holds the curve;
     otherwise it is fairseq's best on validation loss."""
@@ -73,9 +78,9 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
 
     def train(budget: Training) -> Path:
         return jobs.train(bin_dir, save_dir, arch=arch, shape=shape_, training=budget, log=ctx.log,
-                          threads=ctx.threads, nat_family=nat_family)
+                          threads=ctx.threads, nat_family=nat_family, seed=seed)
 
-    result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)), "shape": shape_.label}
+    result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)), "shape": shape_.label, "seed": seed}
     splits = evaluation["splits"]
     if training_.bleu_every:
         from .curve import train_with_curve
@@ -111,10 +116,67 @@ def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, 
     out = DistilledSet(ctx.work / "data")
     meta = jobs.distil(prepared, Path(ctx.results[teacher]["checkpoint"]), out.root, strategy=strategy,
                        decoding=decoding, max_tokens=max_tokens, log=ctx.log, threads=ctx.threads)
+    if ctx.results[teacher].get("valid_bleu") is not None:  # the generator cannot know it; the card names it
+        from nat_kd.analysis.card import refresh_card
+
+        refresh_card(out.root, teacher_valid_bleu=ctx.results[teacher]["valid_bleu"])
     return {"dir": str(out.root), "name": name, "strategy": strategy, "teacher": teacher,
             "outputs": [str(out.text("train", tgt))], "sentences": meta["sentences"],
             "bleu_vs_reference": meta["scores"].get("bleu"),
             "sentences_per_second": meta["timing"]["sentences_per_second"]}
+
+
+def mix_step(ctx: StepContext, *, prepare: str, of: str, rule: dict, name: str, tgt: str) -> dict:
+    """nat_kd.mix: the distilled set ``of`` with the lines its rule picks taking the real target."""
+    from nat_kd.mix import MixRule, mix
+
+    out = DistilledSet(ctx.work / "data")
+    meta = mix(ctx.results[of]["dir"], out.root, MixRule(**rule), prepared=ctx.results[prepare]["dir"], name=name)
+    source = ctx.results[of]
+    return {"dir": str(out.root), "name": name, "strategy": f"{source['strategy']}+mix", "teacher": source["teacher"],
+            "rule": meta["mix"]["rule"], "replaced": meta["mix"]["replaced"], "lines": meta["mix"]["lines"],
+            "outputs": [str(out.text("train", tgt))], "sentences": meta["sentences"],
+            "bleu_vs_reference": meta["scores"].get("bleu")}
+
+
+def speed_step(ctx: StepContext, *, prepare: str, systems: dict, batchings: list[str], repeats: int,
+               evaluation: dict, tgt: str) -> dict:
+    """Test-set decoding speed on one thread: every system decodes the test set with every batching,
+    ``repeats`` rounds, the systems taking turns within a round, so that a change in the machine's load falls
+    on all of them alike. Speed is fairseq-generate's own count (sentences over the time spent generating,
+    model loading excluded); each speedup is a ratio within one round, the median over rounds reported."""
+    import statistics
+
+    prepared = PreparedCorpus(ctx.results[prepare]["dir"])
+    references = read_lines(prepared.raw("test", tgt))
+    runs, bleu = [], {}
+    for round_ in range(1, repeats + 1):
+        for batching in batchings:
+            kind, size = batching.split(":")
+            for label, system in systems.items():
+                hypotheses = ctx.work / f"{label.replace(' ', '_')}.{kind}{size}.hyp"
+                settings = {k: v for k, v in evaluation.items() if k != "splits"}
+                settings |= {"beam": system.get("beam", settings["beam"])}
+                if kind == "tokens":
+                    settings["max_tokens"] = int(size)
+                lines = jobs.translate(prepared.bin.root, Path(ctx.results[system["step"]]["checkpoint"]), "test",
+                                       hypotheses, log=ctx.log, threads=1, nat_family=system.get("nat_family"),
+                                       tokenization=prepared.tokenization(), languages=prepared.language_pair(),
+                                       batch_size=int(size) if kind == "sentences" else None, **settings)
+                timing = jobs.generation_speed(ctx.log)
+                runs.append({"system": label, "batching": batching, "round": round_, **timing})
+                bleu[f"{label}|{batching}"] = jobs.bleu(lines, references)["bleu"]
+    baseline = next(iter(systems))
+    speedup = {}
+    for batching in batchings:
+        for label in systems:
+            ratios = [mine["sentences_per_second"] / base["sentences_per_second"]
+                      for mine in runs for base in runs
+                      if mine["system"] == label and base["system"] == baseline
+                      and mine["batching"] == base["batching"] == batching and mine["round"] == base["round"]]
+            speedup[f"{label}|{batching}"] = round(statistics.median(ratios), 2)
+    return {"systems": systems, "baseline": baseline,
+            "runs": runs, "bleu": bleu, "speedup": speedup, "outputs": []}
 
 
 def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, tgt: str, out: str,
@@ -197,9 +259,12 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
             add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, src=cfg.src, tgt=tgt,
                 vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
 
-    def train(name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=cfg.tgt):
+    def train(name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=cfg.tgt, seed=1):
+        # the seed is a setting only when it is not fairseq's default, so the steps of studies made before
+        # seeds were configurable keep their fingerprints
         add(name, "train", train_step, [prepare] + ([data] if data else []), prepare=prepare, data=data, arch=arch,
-            shape=asdict(shape), training=asdict(training), nat_family=nat_family, evaluation=evaluation, tgt=tgt)
+            shape=asdict(shape), training=asdict(training), nat_family=nat_family, evaluation=evaluation, tgt=tgt,
+            **({"seed": seed} if seed != 1 else {}))
 
     add_prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit, cfg.corpus)
 
@@ -212,17 +277,26 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
             add(f"distil.{d.name}", "distil", distil_step, ["prepare", f"teacher.{d.teacher}"], prepare="prepare",
                 teacher=f"teacher.{d.teacher}", strategy=d.strategy, decoding=cfg.decoding,
                 max_tokens=cfg.distill_max_tokens, name=d.name, tgt=cfg.tgt)
-    set_steps = [f"distil.{d.name}" for d in cfg.distilled]
+    # 2. mixes of the distilled sets with the real data (nat_kd.mix)
+    for m in cfg.mixes:
+        add(f"mix.{m.name}", "mix", mix_step, ["prepare", f"distil.{m.of}"], prepare="prepare", of=f"distil.{m.of}",
+            rule=m.rule, name=m.name, tgt=cfg.tgt)
+    set_steps = [f"distil.{d.name}" for d in cfg.distilled] + [f"mix.{m.name}" for m in cfg.mixes]
+    data_step = dict(zip(cfg.data_labels(), [None, *set_steps]))
     # the detailed measures are settings only when asked for, so the other profiles' analysis stays as it was
     details = {"details": cfg.analysis} if cfg.analysis["detailed"] else {}
     add("analysis", "analysis", analysis_step, ["prepare", *set_steps], where={"out": str(results_dir / "analysis")},
         prepare="prepare", sets=set_steps, src=cfg.src, tgt=cfg.tgt, **details)
-    # 3. NAT students on the real data and on every distilled set
+    # 3. NAT students on the real data and on every training set; more seeds on some sets
     for family in cfg.student_families:
-        for data in [None, *set_steps]:
-            label = data.split(".", 1)[1] if data else "real"
-            train(f"student.{family}.{label}", data=data, arch=student_arch(family), shape=cfg.student_shape,
+        for label, data in data_step.items():
+            train(student_step(family, label), data=data, arch=student_arch(family), shape=cfg.student_shape,
                   training=cfg.student_training, nat_family=family)
+    for seed in cfg.student_seeds:
+        for family in cfg.student_families:
+            for label in cfg.seed_sets:
+                train(student_step(family, label, seed), data=data_step[label], arch=student_arch(family),
+                      shape=cfg.student_shape, training=cfg.student_training, nat_family=family, seed=seed)
     # 4. Born-Again: a student-sized AT learns from its own outputs, round after round
     previous = None
     for r in range(1, cfg.born_again_rounds + 1):
@@ -234,6 +308,20 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
         previous = f"born_again.{r}.distil"
         train(f"born_again.{r}.student", data=previous, arch=student_arch(cfg.born_again_student),
               shape=cfg.student_shape, training=cfg.student_training, nat_family=cfg.born_again_student)
+    # speed against quality: the teacher's decodes and NAT students, test set, one thread
+    if cfg.speed:
+        sp = cfg.speed
+        systems = {f"teacher {sp.teacher} {s}": {"step": f"teacher.{sp.teacher}",
+                                                 "beam": evaluation["beam"] if s == "beam" else 1}
+                   for s in sp.teacher_strategies}
+        for family in sp.students:
+            step = student_step(family, sp.data)
+            if family not in cfg.student_families:  # a family trained for the speed table alone
+                train(step, data=data_step[sp.data], arch=student_arch(family), shape=cfg.student_shape,
+                      training=cfg.student_training, nat_family=family)
+            systems[f"{family} on {sp.data}"] = {"step": step, "nat_family": family}
+        add("speed", "speed", speed_step, ["prepare", *{s["step"] for s in systems.values()}], prepare="prepare",
+            systems=systems, batchings=list(sp.batchings), repeats=sp.repeats, evaluation=evaluation, tgt=cfg.tgt)
     # 5. multi-modality: untagged en -> {de, fr, cs}
     if cfg.modes:
         m = cfg.modes

@@ -15,7 +15,11 @@ from nat_kd import __version__, atomic
 from nat_kd.markdown import cell, table
 from nat_kd.analysis.plotting import plot_mode_mix, plt, save_figure
 
+from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
 from .config import StudyConfig
+from .plan import student_step
+from .central_table import central_section
 
 
 def teachers_table(cfg: StudyConfig, res: dict) -> str:
@@ -41,7 +45,7 @@ def decoding_table(cfg: StudyConfig, res: dict) -> str:
 
 
 def data_labels(cfg: StudyConfig) -> list[str]:
-    return ["real"] + [d.name for d in cfg.distilled]
+    return cfg.data_labels()
 
 
 def students_table(cfg: StudyConfig, res: dict) -> str:
@@ -77,31 +81,41 @@ def modes_table(res: dict) -> str:
                   + [f"argmax {lang}" for lang in langs], rows)
 
 
-def capacity_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
+def capacity_figure(cfg: StudyConfig, res: dict, path: Path) -> bool:
     """Left: teacher BLEU by capacity. Right: each student's BLEU on its beam-distilled data, against the
-    capacity of the teacher that made the data; dashed: the same student on the real data."""
+    capacity of the teacher that made the data; dashed: the same student on the real data. Teachers of one
+    shape differ in their training only, so then the x axis is their test BLEU instead. Nothing is drawn
+    (False) for fewer than two teachers with a beam set: a single point shows no trend."""
     beam = {d.teacher: d.name for d in cfg.distilled if d.strategy == "beam"}
     teachers = [t for t in cfg.teachers if t.name in beam]
+    if len(teachers) < 2:
+        return False
     params = [res.get(f"teacher.{t.name}", {}).get("parameters") for t in teachers]
+    bleu_of = [res.get(f"teacher.{t.name}", {}).get("test_bleu") for t in teachers]
+    by_size = len({t.shape for t in teachers}) == len(teachers)
+    x = params if by_size else bleu_of
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(params, [res.get(f"teacher.{t.name}", {}).get("test_bleu") for t in teachers], "o-", color="black")
-    for t, p in zip(teachers, params):
-        left.annotate(t.name, (p, res.get(f"teacher.{t.name}", {}).get("test_bleu") or 0),
-                      textcoords="offset points", xytext=(4, 4), fontsize=8)
-    left.set(xscale="log", xlabel="teacher parameters", ylabel="test BLEU", title="AT teachers")
+    left.plot(x, bleu_of, "o-", color="black")
+    for t, xi, yi in zip(teachers, x, bleu_of):
+        left.annotate(t.name, (xi or 0, yi or 0), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    xlabel = "teacher parameters" if by_size else "teacher test BLEU (the teachers share one shape)"
+    left.set(xscale="log" if by_size else "linear", xlabel=xlabel, ylabel="test BLEU", title="AT teachers")
     for i, family in enumerate(cfg.student_families):
         color = f"C{i}"
         bleu = [res.get(f"student.{family}.{beam[t.name]}", {}).get("test_bleu") for t in teachers]
-        right.plot(params, bleu, "o-", color=color, label=f"{family}, distilled")
+        right.plot(x, bleu, "o-", color=color, label=f"{family}, distilled")
         real = res.get(f"student.{family}.real", {}).get("test_bleu")
         if real is not None:
             right.axhline(real, color=color, linestyle="--", label=f"{family}, real data")
-    right.set(xscale="log", xlabel="capacity of the teacher that distilled the data (parameters)",
-              ylabel="student test BLEU", title="NAT students vs teacher capacity")
+    right.set(xscale="log" if by_size else "linear",
+              xlabel=("capacity of the teacher that distilled the data (parameters)" if by_size
+                      else "test BLEU of the teacher that distilled the data"),
+              ylabel="student test BLEU", title="NAT students vs teacher " + ("capacity" if by_size else "quality"))
     for ax in (left, right):
         ax.grid(alpha=0.3)
     right.legend(fontsize=8)
     save_figure(fig, path)
+    return True
 
 
 def born_again_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
@@ -128,8 +142,12 @@ def bleu_signatures(res: dict) -> str:
 
 def trained_models(cfg: StudyConfig) -> list[tuple[str, str]]:
     """(step, label) of every teacher and student, in plan order."""
+    extra = [f for f in (cfg.speed.students if cfg.speed else ()) if f not in cfg.student_families]
     return ([(f"teacher.{t.name}", f"teacher {t.name}") for t in cfg.teachers]
-            + [(f"student.{f}.{d}", f"{f} on {d}") for f in cfg.student_families for d in data_labels(cfg)])
+            + [(student_step(f, d), f"{f} on {d}") for f in cfg.student_families for d in data_labels(cfg)]
+            + [(student_step(f, d, seed), f"{f} on {d}, seed {seed}") for seed in cfg.student_seeds
+               for f in cfg.student_families for d in cfg.seed_sets]
+            + [(student_step(f, cfg.speed.data), f"{f} on {cfg.speed.data}") for f in extra])
 
 
 def curves_table(cfg: StudyConfig, res: dict) -> str:
@@ -261,11 +279,49 @@ def _layout(records) -> str:
     return "steps ran with the layouts in the step wall-time table; '-' where a record predates them"
 
 
+def speed_section(cfg: StudyConfig, res: dict) -> list[str]:
+    """Speed against quality: each system's median sentences/s over the rounds, its speedup over the first
+    system (the teacher's beam search) as the median of the per-round ratios, and the BLEU of its output."""
+    speed = res.get("speed")
+    if not cfg.speed:
+        return []
+    if not speed:
+        return ["## Speed against quality (test set, one thread)\n", "(not run yet)\n"]
+    import statistics
+
+    rows = []
+    for label in speed["systems"]:
+        for batching in cfg.speed.batchings:
+            runs = [r["sentences_per_second"] for r in speed["runs"]
+                    if r["system"] == label and r["batching"] == batching]
+            rows.append([label, batching.replace("sentences:", "batch size ").replace("tokens:", "max tokens "),
+                         cell(statistics.median(runs) if runs else None, ".1f"),
+                         cell(speed["speedup"].get(f"{label}|{batching}"), ".2f"),
+                         cell(speed["bleu"].get(f"{label}|{batching}"), ".2f")])
+    return ["## Speed against quality (test set, one thread)\n",
+            table(["system", "batching", "sentences/s (median)", f"speedup over {speed['baseline']}", "test BLEU"],
+                  rows),
+            f"{cfg.speed.repeats} rounds; within a round every system decodes the whole test set once per batching, "
+            "in turn. Speed is fairseq-generate's own count (time spent generating; loading excluded); a speedup is "
+            "the median of the per-round ratios. The students decode in "
+            + ", ".join(f"{f}: {' '.join(STUDENT_FAMILIES[f].decode_flags)}" for f in cfg.speed.students) + ".\n"]
+
+
+def _shown_path(path) -> str:
+    """A path as the results show it: relative to the repository when inside it, not the machine's absolute one."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return Path(path).name
+
+
 def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     res = {name: rec["result"] for name, rec in records.items()}
-    paths = {"capacity_figure": out / "students_vs_teacher_capacity.png"}
-    capacity_figure(cfg, res, paths["capacity_figure"])
+    paths = {}
+    if capacity_figure(cfg, res, out / "students_vs_teacher_capacity.png"):
+        paths["capacity_figure"] = out / "students_vs_teacher_capacity.png"
     if res.get("modes.analysis"):
         paths["modes_figure"] = out / "modes" / "mode_mix.png"
         plot_mode_mix(res["modes.analysis"]["rows"], res["modes.analysis"]["languages"], paths["modes_figure"])
@@ -283,7 +339,7 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
     walls = sorted(((r["wall_seconds"], n) for n, r in records.items()), reverse=True)
     sections = [
         f"# Distillation study: profile `{cfg.name}`\n",
-        f"Command: `{command}`  \nConfig: [`config.toml`](config.toml) (copied from `{cfg.source}`).  \n"
+        f"Command: `{command}`  \nConfig: [`config.toml`](config.toml) (copied from `{_shown_path(cfg.source)}`).  \n"
         f"Corpus: {_corpus_line(cfg)}.  \n"
         f"Hardware: {json.dumps(hardware())}.  \n"
         f"Total step time: {sum(w for w, _ in walls) / 60:.1f} min over {len(walls)} steps "
@@ -295,7 +351,9 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
         "## 3. NAT students (test BLEU, sacrebleu on detokenized output; checkpoint chosen on "
         + ("validation BLEU" if cfg.student_training.bleu_every else "valid loss") + ")\n",
         students_table(cfg, res), bleu_signatures(res),
-        f"![students vs teacher capacity]({paths['capacity_figure'].name})\n",
+        *([f"![students vs teacher capacity]({paths['capacity_figure'].name})\n"] if "capacity_figure" in paths else []),
+        *central_section(cfg, res, out, paths),
+        *speed_section(cfg, res),
         *(["## Learning curves (validation BLEU every N updates; the checkpoint kept is the best)\n",
            curves_table(cfg, res), f"![validation BLEU against updates]({paths['curves_figure'].name})\n"]
           if curves else []),

@@ -50,17 +50,38 @@ class StepContext:
 
 
 class Runner:
-    def __init__(self, root: Path, jobs: int = 1, threads: int = 1):
+    """``reuse``: other study folders whose finished steps stand in for this study's own when their
+    fingerprints match (the same settings on the same inputs): the record is copied, the outputs stay there."""
+
+    def __init__(self, root: Path, jobs: int = 1, threads: int = 1, reuse: tuple[Path, ...] = ()):
         self.root, self.jobs, self.threads = Path(root), max(1, jobs), threads
+        self.reuse = [Path(r) for r in reuse]
+        for other in self.reuse:
+            if not (other / "steps").is_dir():
+                raise StepError(f"--reuse {other}: not a study folder (no steps/ in it); give the --out of an "
+                                "earlier study, e.g. runs/study/kd-effect")
         self.records_dir, self.work_dir, self.log_dir = self.root / "steps", self.root / "work", self.root / "logs"
         for folder in (self.records_dir, self.work_dir, self.log_dir):
             folder.mkdir(parents=True, exist_ok=True)
         self.ran: list[str] = []  # steps run this time (the others were up to date)
         self.skipped: list[str] = []
 
-    def _record(self, name: str) -> dict | None:
+    def _record(self, name: str, fingerprint: str | None = None) -> dict | None:
+        """The step's record here; with ``fingerprint``, when this study's is not up to date, a record of a
+        ``reuse`` folder that is, copied here first."""
         path = self.records_dir / f"{name}.json"
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        if fingerprint is None or self._up_to_date(record, fingerprint):
+            return record
+        for other in self.reuse:
+            theirs = other / "steps" / f"{name}.json"
+            found = json.loads(theirs.read_text(encoding="utf-8")) if theirs.is_file() else None
+            if self._up_to_date(found, fingerprint):
+                found["reused_from"] = str(other.resolve())
+                atomic.write_json(path, found)
+                logger.info("reuse %s from %s", name, other)
+                return found
+        return record
 
     def fingerprint(self, step: Step, records: dict) -> str:
         upstream = [(d, records[d]["fingerprint"], records[d]["digest"]) for d in sorted(step.deps)]
@@ -111,7 +132,7 @@ class Runner:
                     launched = False
                     for step in [s for s in pending.values() if all(d in records for d in s.deps)]:
                         fingerprint = self.fingerprint(step, records)
-                        record = self._record(step.name)
+                        record = self._record(step.name, fingerprint)
                         if self._up_to_date(record, fingerprint):
                             records[step.name] = record
                             self.skipped.append(step.name)
@@ -148,9 +169,9 @@ class Runner:
         """One line a step: done (up to date) or to run, in plan order; runs nothing."""
         records, lines = {}, []
         for step in steps:
-            record = self._record(step.name)
-            done = (all(d in records for d in step.deps)
-                    and self._up_to_date(record, self.fingerprint(step, records)))
+            ready = all(d in records for d in step.deps)
+            record = self._record(step.name, self.fingerprint(step, records) if ready else None)
+            done = ready and self._up_to_date(record, self.fingerprint(step, records))
             if done:
                 records[step.name] = record
             lines.append(f"{'done  ' if done else 'to run'}  {step.name}")

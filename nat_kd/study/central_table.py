@@ -1,0 +1,194 @@
+"""The study's central table (Zhou, Gu & Neubig, ICLR 2020, Table 2): each training set's data measures beside
+the NAT student trained on it, and whether the measures predict the student.
+
+From the step records only, like the rest of the results: the analysis step's rows, the students' validation
+and test BLEU, their test hypotheses (for sacrebleu's paired bootstrap against the student on the beam set),
+and the students of the extra seeds (the seed-to-seed spread printed beside every gap).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from nat_kd.analysis.plotting import plt, save_figure
+from nat_kd.artifacts import PreparedCorpus
+from nat_kd.corpus import read_lines
+from nat_kd.markdown import cell, table
+
+from .config import StudyConfig
+from .plan import student_step
+
+# The study's own figures, WMT14 en-de, one AT-base teacher decoding four ways, a vanilla NAT student on each
+# (Zhou, Gu & Neubig 2020, Table 2); and its base against base-inter (the n-best reranked by sentence BLEU
+# against the reference), whose BLEU is another student's (Table 4), so it is not comparable with the rest.
+PAPER = {"sampling": (3.623, 3.354, 6.6), "topk": (2.411, 2.932, 14.6), "greedy": (1.960, 2.959, 18.9),
+         "beam": (1.902, 2.948, 19.5), "seq-inter": (1.908, 2.916, None)}
+PAPER_NOTE = ("Paper: Zhou, Gu & Neubig (ICLR 2020), WMT14 en-de, AT-base teacher, vanilla NAT student. Their "
+              "seq-inter row is base-inter against base (C 1.908 / 1.902, F 2.916 / 2.948, BLEU 27.32 / 26.94 with "
+              "another student), so its BLEU is left out here.")
+BOOTSTRAP_SAMPLES = 1000  # sacrebleu's default; its seed is fixed (12345), so the p-values are reproducible
+
+# (key in the analysis row, label): the measures correlated with the student's test BLEU
+MEASURES = [("complexity", "C(d), paper (mean over types)"), ("complexity_token_weighted", "C(d), token-weighted"),
+            ("faithfulness", "F(d), floor 1e-9"), ("faithfulness_interpolated", "F(d), interpolated"),
+            ("missing_mass", "real mass missing"), ("reordering", "FRS"), ("bleu", "BLEU vs real"),
+            ("length_ratio", "length ratio vs real")]
+
+
+def _measure(row: dict, key: str):
+    if key.startswith("bucket:"):
+        bucket = key.split(":", 1)[1]
+        return next((b["complexity"] for b in row.get("complexity_buckets", []) if b["bucket"] == bucket), None)
+    return row.get(key)
+
+
+def _measures(rows: list[dict]) -> list[tuple[str, str]]:
+    buckets = [(f"bucket:{b['bucket']}", f"C(d), source words seen {b['bucket']}")
+               for b in (rows[0].get("complexity_buckets", []) if rows else [])]
+    return [(k, label) for k, label in MEASURES + buckets if rows and all(_measure(r, k) is not None for r in rows)]
+
+
+def _family(cfg: StudyConfig) -> str:
+    return cfg.student_families[0]
+
+
+def _beam_label(cfg: StudyConfig) -> str | None:
+    return next((d.name for d in cfg.distilled if d.strategy == "beam"), None)
+
+
+def seed_spread(cfg: StudyConfig, res: dict, family: str) -> dict[str, list[float]]:
+    """label -> the test BLEU of every seed trained on it (seed 1 first), for the sets with extra seeds."""
+    out = {}
+    for label in cfg.seed_sets:
+        scores = [res.get(student_step(family, label, seed), {}).get("test_bleu")
+                  for seed in (1, *cfg.student_seeds)]
+        out[label] = [s for s in scores if s is not None]
+    return out
+
+
+def pooled_sd(spread: dict[str, list[float]]) -> float | None:
+    """The seed-to-seed standard deviation, pooled over the sets with two seeds or more."""
+    variances = [(len(v) - 1, statistics.variance(v)) for v in spread.values() if len(v) >= 2]
+    dof = sum(d for d, _ in variances)
+    return math.sqrt(sum(d * v for d, v in variances) / dof) if dof else None
+
+
+def paired_bootstrap(baseline: list[str], systems: dict[str, list[str]], references: list[str]) -> dict[str, float]:
+    """sacrebleu's paired bootstrap resampling (as ``sacrebleu --paired-bs``) of each system against
+    ``baseline``: name -> p-value."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if not systems:
+        return {}
+    named = [("baseline", baseline), *systems.items()]
+    test = PairedTest(named, {"BLEU": BLEU()}, [references], test_type="bs", n_samples=BOOTSTRAP_SAMPLES)
+    _, scores = test()
+    return {name: result.p_value for name, result in zip(scores["System"][1:], scores["BLEU"][1:])}
+
+
+def spearman(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    from scipy.stats import spearmanr
+
+    result = spearmanr(xs, ys)
+    return float(result.statistic), float(result.pvalue)
+
+
+def _rows(cfg: StudyConfig, res: dict) -> list[dict]:
+    """One row a training set that has an analysis row: its measures and its student's results."""
+    analysis = {row["name"]: row for row in res.get("analysis", {}).get("rows", [])}
+    strategies = {d.name: d.strategy for d in cfg.distilled} | {m.name: f"mix of {m.of}" for m in cfg.mixes}
+    family, out = _family(cfg), []
+    for label in cfg.data_labels():
+        if label not in analysis:
+            continue
+        student = res.get(student_step(family, label), {})
+        out.append({"label": label, "strategy": strategies.get(label, "reference"), "analysis": analysis[label],
+                    "valid": student.get("valid_bleu"), "test": student.get("test_bleu"),
+                    "hypotheses": student.get("test_hypotheses")})
+    return out
+
+
+def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[str]:
+    """The central table, the seed spread, the correlations and their figure (Markdown parts); [] before the
+    analysis has run or when no student is trained on a distilled set."""
+    rows = _rows(cfg, res)
+    if not rows or not cfg.student_families:
+        return []
+    family, beam = _family(cfg), _beam_label(cfg)
+    spread = seed_spread(cfg, res, family)
+    sd = pooled_sd(spread)
+    base = next((r for r in rows if r["label"] == beam), None)
+    p_values = {}
+    if base and base["hypotheses"] and Path(base["hypotheses"]).is_file():
+        references = read_lines(PreparedCorpus(res["prepare"]["dir"]).raw("test", cfg.tgt))
+        others = {r["label"]: read_lines(r["hypotheses"]) for r in rows
+                  if r is not base and r["hypotheses"] and Path(r["hypotheses"]).is_file()}
+        p_values = paired_bootstrap(read_lines(base["hypotheses"]), others, references)
+    body = []
+    for r in rows:
+        a, paper = r["analysis"], PAPER.get(r["strategy"], (None, None, None))
+        gap = r["test"] - base["test"] if base and r["test"] is not None and base["test"] is not None else None
+        gap_cell = "-" if gap is None or r is base else f"{gap:+.2f}"
+        if gap is not None and r is not base and sd is not None:
+            gap_cell += f" (seed sd {sd:.2f})"
+        body.append([r["label"], r["strategy"], cell(a.get("complexity"), ".3f"),
+                     cell(a.get("complexity_token_weighted"), ".3f"), cell(a.get("faithfulness"), ".3f"),
+                     cell(a.get("faithfulness_interpolated"), ".3f"), cell(a.get("reordering"), ".3f"),
+                     cell(a.get("bleu"), ".2f"), cell(a.get("length_ratio"), ".3f"), cell(r["valid"], ".2f"),
+                     cell(r["test"], ".2f"), gap_cell,
+                     "baseline" if r is base else cell(p_values.get(r["label"]), ".4f"),
+                     cell(paper[0], ".3f"), cell(paper[1], ".3f"), cell(paper[2], ".1f")])
+    parts = [f"## The central table: which training data makes the best {family} student\n",
+             table(["training set", "decoding", "C(d) paper", "C(d) token-weighted", "F(d) 1e-9", "F(d) interp.",
+                    "FRS", "BLEU vs real", "length ratio", "student valid BLEU", "student test BLEU",
+                    f"test gap to {beam}", "paired bootstrap p", "paper C(d)", "paper F(d)", "paper student BLEU"],
+                   body),
+             f"Student: {family}, seed 1, checkpoint chosen on validation BLEU; test is test_2016_flickr. The gap is "
+             f"test BLEU minus the {beam} student's; p: sacrebleu's paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) "
+             f"of the student's test output against the {beam} student's. Data measures as in the analysis above "
+             "(13a, lowercased, the built-in fast_align). " + PAPER_NOTE + "\n"]
+    if spread:
+        parts += ["### Seed-to-seed spread (test BLEU)\n",
+                  table(["training set", "seeds", "test BLEU by seed", "mean", "sd", "range"],
+                        [[label, len(v), ", ".join(f"{x:.2f}" for x in v), cell(statistics.mean(v) if v else None, ".2f"),
+                          cell(statistics.stdev(v) if len(v) > 1 else None, ".2f"),
+                          cell(max(v) - min(v) if v else None, ".2f")] for label, v in spread.items()]),
+                  (f"Pooled seed sd: {sd:.2f} BLEU; a gap between two single-seed students is within noise below "
+                   f"about {2 * math.sqrt(2) * sd:.2f} (2 sd of a difference).\n" if sd is not None
+                   else "(fewer than two seeds finished on any set)\n")]
+    scored = [r for r in rows if r["test"] is not None]
+    if len(scored) >= 3:
+        measures = _measures([r["analysis"] for r in scored])
+        corr = []
+        for key, label in measures:
+            rho, p = spearman([_measure(r["analysis"], key) for r in scored], [r["test"] for r in scored])
+            corr.append((label, rho, p))
+        corr.sort(key=lambda c: -abs(c[1]) if not math.isnan(c[1]) else 0)
+        parts += [f"### Do the data measures predict the student? Spearman rank correlation with {family} test BLEU "
+                  f"over {len(scored)} training sets\n",
+                  table(["data measure", "Spearman rho", "p (n small: read with care)"],
+                        [[label, cell(rho, "+.3f"), cell(p, ".3f")] for label, rho, p in corr])]
+        paths["predict_figure"] = out / "student_bleu_vs_complexity.png"
+        predict_figure(scored, family, paths["predict_figure"])
+        parts.append(f"![student BLEU against C(d)]({paths['predict_figure'].name})\n")
+    return parts
+
+
+def predict_figure(rows: list[dict], family: str, path: Path) -> None:
+    """Student test BLEU against the paper's C(d) and the token-weighted C(d), one labelled point per set."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, key, title in [(axes[0], "complexity", "C(d) as in the paper (mean over source types)"),
+                           (axes[1], "complexity_token_weighted", "C(d) weighted by source-token count")]:
+        for i, r in enumerate(rows):
+            x = r["analysis"].get(key)
+            if x is None:
+                continue
+            ax.scatter(x, r["test"], s=40, color=f"C{i % 10}")
+            ax.annotate(r["label"], (x, r["test"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.set(xlabel=f"{title} [nats]", ylabel=f"{family} student test BLEU")
+        ax.margins(0.2)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Does the data's complexity predict the student?", fontsize=10)
+    save_figure(fig, path)
