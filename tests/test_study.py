@@ -608,3 +608,35 @@ def test_the_decoding_profile_shares_the_kd_effect_teacher_and_beam_set(tmp_path
 def test_mix_seed_and_speed_errors_name_the_key(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         study_config.load(_write(tmp_path, MINIMAL + extra))
+
+
+def test_spearman_p_value_is_exact_over_every_pairing():
+    from nat_kd.study.central_table import spearman
+
+    # 4 sets in the same order: 2 of the 24 pairings (this one and its reverse) reach |rho| = 1
+    rho, p = spearman([0.1, 0.2, 0.3, 0.4], [10, 11, 12, 13])
+    assert rho == pytest.approx(1.0) and p == pytest.approx(2 / 24)
+    rho, p = spearman([4, 3, 2, 1], [1.0, 2.0, 3.0, 4.0])
+    assert rho == pytest.approx(-1.0) and p == pytest.approx(2 / 24)
+    # one swap: rho = 1 - 6 * 2 / (4 * 15) = 0.8; pairings with |rho| >= 0.8: the 3 adjacent swaps, the
+    # identity, and their 4 reverses
+    rho, p = spearman([1, 2, 3, 4], [1, 3, 2, 4])
+    assert rho == pytest.approx(0.8) and p == pytest.approx(8 / 24)
+
+
+def test_the_same_outputs_in_another_study_folder_have_the_same_digests(tmp_path):
+    """A step's digest is its outputs' names and bytes, so the same steps run in two folders chain to the same
+    fingerprints (what --reuse matches on), and a changed byte changes it."""
+    def run(ctx):
+        out = ctx.work / "out.txt"
+        out.write_text(f"{ctx.step.settings}")
+        return {"outputs": [str(out)]}
+
+    plan = [Step("a", "k", {"x": 1}, run), Step("b", "k", {"y": 1}, run, ["a"])]
+    first, second = Runner(tmp_path / "first").run(plan), Runner(tmp_path / "elsewhere" / "second").run(plan)
+    for name in ("a", "b"):
+        assert (first[name]["fingerprint"], first[name]["digest"]) == (second[name]["fingerprint"], second[name]["digest"])
+    changed = [Step("a", "k", {"x": 1}, lambda ctx: (ctx.work / "out.txt").write_text("other") and
+                    {"outputs": [str(ctx.work / "out.txt")]}), plan[1]]
+    third = Runner(tmp_path / "third").run(changed)
+    assert third["a"]["digest"] != first["a"]["digest"] and third["b"]["fingerprint"] != first["b"]["fingerprint"]

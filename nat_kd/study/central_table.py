@@ -88,11 +88,26 @@ def paired_bootstrap(baseline: list[str], systems: dict[str, list[str]], referen
     return {name: result.p_value for name, result in zip(scores["System"][1:], scores["BLEU"][1:])}
 
 
-def spearman(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    from scipy.stats import spearmanr
+MIN_SETS_FOR_CORRELATION = 4  # with 3 sets, even a perfect rank order has an exact p of 1/3
 
-    result = spearmanr(xs, ys)
-    return float(result.statistic), float(result.pvalue)
+
+def spearman(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Spearman's rho and its two-sided p-value, exact (over every pairing of the two lists): with a handful
+    of training sets, the large-sample approximation of scipy.stats.spearmanr is far off."""
+    import numpy as np
+    from scipy.stats import permutation_test, rankdata, spearmanr
+
+    def rho(x, y, axis):
+        rx, ry = rankdata(x, axis=axis), rankdata(y, axis=axis)
+        rx, ry = rx - rx.mean(axis=axis, keepdims=True), ry - ry.mean(axis=axis, keepdims=True)
+        return (rx * ry).sum(axis=axis) / np.sqrt((rx ** 2).sum(axis=axis) * (ry ** 2).sum(axis=axis))
+
+    statistic = float(spearmanr(xs, ys).statistic)
+    if math.isnan(statistic):  # a constant measure: no order to compare
+        return statistic, float("nan")
+    test = permutation_test((np.asarray(xs, float), np.asarray(ys, float)), rho, permutation_type="pairings",
+                            vectorized=True, n_resamples=np.inf, alternative="two-sided")
+    return statistic, float(test.pvalue)
 
 
 def _rows(cfg: StudyConfig, res: dict) -> list[dict]:
@@ -147,7 +162,7 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
                    body),
              f"Student: {family}, seed 1, checkpoint chosen on validation BLEU; test is test_2016_flickr. The gap is "
              f"test BLEU minus the {beam} student's; p: sacrebleu's paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) "
-             f"of the student's test output against the {beam} student's. Data measures as in the analysis above "
+             f"of the student's test output against the {beam} student's ('-' where a test output is not on this machine). Data measures as in the analysis above "
              "(13a, lowercased, the built-in fast_align). " + PAPER_NOTE + "\n"]
     if spread:
         parts += ["### Seed-to-seed spread (test BLEU)\n",
@@ -159,7 +174,7 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
                    f"about {2 * math.sqrt(2) * sd:.2f} (2 sd of a difference).\n" if sd is not None
                    else "(fewer than two seeds finished on any set)\n")]
     scored = [r for r in rows if r["test"] is not None]
-    if len(scored) >= 3:
+    if len(scored) >= MIN_SETS_FOR_CORRELATION:
         measures = _measures([r["analysis"] for r in scored])
         corr = []
         for key, label in measures:
@@ -168,7 +183,7 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
         corr.sort(key=lambda c: -abs(c[1]) if not math.isnan(c[1]) else 0)
         parts += [f"### Do the data measures predict the student? Spearman rank correlation with {family} test BLEU "
                   f"over {len(scored)} training sets\n",
-                  table(["data measure", "Spearman rho", "p (n small: read with care)"],
+                  table(["data measure", "Spearman rho", "exact p (two-sided)"],
                         [[label, cell(rho, "+.3f"), cell(p, ".3f")] for label, rho, p in corr])]
         paths["predict_figure"] = out / "student_bleu_vs_complexity.png"
         predict_figure(scored, family, paths["predict_figure"])

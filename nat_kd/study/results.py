@@ -93,12 +93,14 @@ def capacity_figure(cfg: StudyConfig, res: dict, path: Path) -> bool:
     params = [res.get(f"teacher.{t.name}", {}).get("parameters") for t in teachers]
     bleu_of = [res.get(f"teacher.{t.name}", {}).get("test_bleu") for t in teachers]
     by_size = len({t.shape for t in teachers}) == len(teachers)
-    x = params if by_size else bleu_of
+    # teachers of one shape differ in how long they trained: the checkpoint's updates
+    updates = [res.get(f"teacher.{t.name}", {}).get("best_updates", t.training.updates) for t in teachers]
+    x_left, x = (params, params) if by_size else (updates, bleu_of)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(x, bleu_of, "o-", color="black")
-    for t, xi, yi in zip(teachers, x, bleu_of):
+    left.plot(x_left, bleu_of, "o-", color="black")
+    for t, xi, yi in zip(teachers, x_left, bleu_of):
         left.annotate(t.name, (xi or 0, yi or 0), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    xlabel = "teacher parameters" if by_size else "teacher test BLEU (the teachers share one shape)"
+    xlabel = "teacher parameters" if by_size else "updates of the teacher's checkpoint (the teachers share one shape)"
     left.set(xscale="log" if by_size else "linear", xlabel=xlabel, ylabel="test BLEU", title="AT teachers")
     for i, family in enumerate(cfg.student_families):
         color = f"C{i}"
