@@ -6,10 +6,11 @@ otherwise silently run the default). ``profile_path`` resolves a bundled profile
 from __future__ import annotations
 
 import tomllib
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from nat_kd.errors import NatKdError
+from nat_kd.launch import ClusterConfig, cluster_config
 
 PROFILES = Path(__file__).parent / "profiles"
 # [analysis]: the detailed measures of nat_kd.analysis.report.DetailedAnalysisReport (off unless detailed = true)
@@ -109,6 +110,8 @@ class StudyConfig:
     # [corpus]: your own corpus instead of Multi30k (None): {"prepared": DIR} (nat_kd.prepare output) or
     # nat_kd.prepare's own-corpus settings {"trainpref": ..., "validpref": ..., "testpref": ..., "bpe_codes": ...}
     corpus: dict | None = None
+    # [launcher] and [resources.*]: the steps as cluster jobs (nat_kd.study.cluster; docs/study.md, "On a cluster")
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
 
 def profile_path(name_or_path: str) -> Path:
@@ -172,8 +175,9 @@ def load(path: str | Path, corpus: str | Path | None = None) -> StudyConfig:
         raw["corpus"] = {**overlay.get("corpus", {}), "_base": str(corpus.resolve().parent)}
     elif "corpus" in raw:
         raw["corpus"] = {**raw["corpus"], "_base": str(path.resolve().parent)}
+    cluster = cluster_config({k: raw.pop(k) for k in ("launcher", "resources") if k in raw}, str(path))
     try:
-        return _build(raw, path)
+        return replace(_build(raw, path), cluster=cluster)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     except TypeError as err:
