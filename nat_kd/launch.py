@@ -224,12 +224,18 @@ def still_running(job, launcher: str) -> bool:
             return process.poll() is None
         if job.paths.result_pickle.exists():
             return False
-        try:  # a LocalExecutor job's id is its controller's pid
-            os.kill(int(job.job_id), 0)
-        except (OSError, ValueError):
-            return False
-        return True
+        return _process_alive(job.job_id)  # a LocalExecutor job's id is its controller's pid
     return not job.done(force_check=True)
+
+
+def _process_alive(pid: str) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not reaped by its orphaned parent, does not)."""
+    try:
+        os.kill(int(pid), 0)
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def wait_for(job, launcher: str, poll_seconds: float, stop) -> None:

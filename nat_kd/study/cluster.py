@@ -69,6 +69,7 @@ class JobLauncher:
         self._jobs, self._lock = {}, threading.Lock()
 
     def folder(self, step: Step) -> Path:
+        """The step's job files (submitit's pickles and streams) and its marker submitted.json."""
         return self.root / "jobs" / step.name
 
     def start(self, step: Step, fingerprint: str, records: dict) -> dict:
@@ -122,6 +123,7 @@ class JobLauncher:
                             name, self.launcher, job.job_id)
             else:
                 logger.info("%s: cancelling %s job %s", name, self.launcher, job.job_id)
+                (self.root / "jobs" / name / "submitted.json").unlink(missing_ok=True)
                 try:
                     job.cancel(check=False)
                 except Exception as err:  # noqa: BLE001 - the job may have ended meanwhile
