@@ -255,3 +255,108 @@ def test_multi_gpu_training_asks_fairseq_for_its_own_data_parallel_training(tmp_
                            log=tmp_path / "log", threads=1, gpus=gpus)
     assert ["--distributed-world-size" in c for c in commands] == [False, False, True]
     assert commands[2][commands[2].index("--distributed-world-size") + 1] == "4"
+
+
+# ------------------------------------------------------------------ real steps: the micro profile's first ones
+
+MICRO_STEPS = ("prepare", "teacher.t1", "distil.t1.beam")
+# one CPU and no GPU a job, as the local runner's one torch thread a step: the same arithmetic, the same bytes
+ONE_CPU = ClusterConfig(LauncherSettings(poll_seconds=0.2),
+                        {kind: {"cpus": 1, "gpus": 0} for kind in ("prepare", "train", "distil")})
+
+
+def _micro_plan(out, data_dir):
+    from nat_kd.study import config as study_config
+    from nat_kd.study.plan import build_plan
+
+    return [s for s in build_plan(study_config.load("micro"), out / "results", data_dir) if s.name in MICRO_STEPS]
+
+
+def _products(out):
+    """The steps' data products, byte for byte: the teacher's test translations and the distilled set."""
+    work = out / "work"
+    files = [work / "teacher.t1" / "test.hyp", *sorted((work / "distil.t1.beam" / "data").rglob("*"))]
+    return {f.relative_to(work).as_posix(): f.read_bytes() for f in files
+            if f.is_file() and f.name not in ("meta.json", "card.json", "CARD.md")}  # these hold timings
+
+
+@pytest.fixture(scope="module")
+def micro_local(tmp_path_factory):
+    """prepare, the teacher t1 and its beam set of the micro profile, run by the local runner."""
+    from test_study import _small_multi30k
+
+    base = tmp_path_factory.mktemp("micro")
+    corpus = _small_multi30k(base / "multi30k")
+    out = base / "local"
+    records = Runner(out, jobs=1).run(_micro_plan(out, corpus))
+    return corpus, out, records
+
+
+def test_micro_steps_as_jobs_give_the_local_runners_bytes(micro_local, tmp_path):
+    import shutil
+
+    corpus, local, _ = micro_local
+    out = tmp_path / "jobs"
+    # the local run's prepare record, copied: the jobs take the study on from there, as they would a study
+    # that was started without them (the records are the one source of truth)
+    (out / "steps").mkdir(parents=True)
+    shutil.copyfile(local / "steps" / "prepare.json", out / "steps" / "prepare.json")
+    runner = Runner(out, launcher=JobLauncher(out, "submitit-local", ONE_CPU))
+    records = runner.run(_micro_plan(out, corpus))
+    assert runner.skipped == ["prepare"] and sorted(runner.ran) == ["distil.t1.beam", "teacher.t1"]
+    assert set(records) == set(MICRO_STEPS) and all(records[n]["launcher"]["job_id"] for n in runner.ran)
+    products = _products(out)
+    assert len(products) > 10 and products == _products(local)
+    assert "fairseq_cli.train" in (out / "logs" / "teacher.t1.log").read_text()  # the job's log, where it was
+
+
+def _generate(micro_local, out, *extra):
+    """The generator's command line as the study's distil step runs it, with ``extra`` options."""
+    from nat_kd.generate_distilled import main
+
+    _, local, records = micro_local
+    step = records["distil.t1.beam"]["settings"]
+    flags = [x for key, value in step["decoding"].items() for x in (f"--{key.replace('_', '-')}", str(value))]
+    return main(["--teacher-path", records["teacher.t1"]["result"]["checkpoint"],
+                 "--prepared", records["prepare"]["result"]["dir"], "--split", "train", "--strategy", "beam", *flags,
+                 "--max-tokens", str(step["max_tokens"]), "--workers", "1", "--threads", "1", "--no-progress-bar",
+                 "--out", str(out), *extra])
+
+
+def _set_bytes(folder):
+    return {f.relative_to(folder).as_posix(): f.read_bytes() for f in sorted(Path(folder).rglob("*"))
+            if f.is_file() and f.name not in ("meta.json", "card.json", "CARD.md")}
+
+
+def test_shards_as_a_job_array_give_the_unsharded_set_and_resume_from_saved_chunks(micro_local, tmp_path):
+    _, local, _ = micro_local
+    reference = _set_bytes(local / "work" / "distil.t1.beam" / "data")
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text("[launcher]\npoll_seconds = 0.2\n[resources.distil]\ngpus = 0\ncpus = 1\n")
+    out = tmp_path / "sharded"
+    shards = ["--num-shards", "2", "--chunk-sentences", "30", "--cluster", str(cluster)]
+    assert _generate(micro_local, out, *shards, "--launcher", "submitit-local") == 0
+    assert _set_bytes(out) == reference
+    assert len(list((tmp_path / "sharded.jobs").glob("*_submitted.pkl"))) == 2  # one job a shard
+    assert not (tmp_path / "sharded.partial").exists()  # merged by the last shard, progress removed
+    # shard 0 decoded here beforehand (a job that finished before its driver was stopped): only 1 goes out
+    out = tmp_path / "resumed"
+    _generate(micro_local, out, "--num-shards", "2", "--chunk-sentences", "30", "--shard-id", "0")
+    assert (tmp_path / "resumed.partial").is_dir() and not out.exists()
+    assert _generate(micro_local, out, *shards, "--launcher", "submitit-local") == 0
+    assert _set_bytes(out) == reference
+    assert len(list((tmp_path / "resumed.jobs").glob("*_submitted.pkl"))) == 1
+
+
+def test_a_shard_that_keeps_failing_is_resubmitted_then_reported_with_its_log(micro_local, tmp_path, capsys):
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text("[launcher]\npoll_seconds = 0.2\nmax_retries = 1\n[resources.distil]\ngpus = 0\ncpus = 1\n")
+    out = tmp_path / "bad"
+    # a batch smaller than the longest sentence: every try of the shard fails the same way, in its job
+    assert _generate(micro_local, out, "--num-shards", "1", "--launcher", "submitit-local", "--cluster", str(cluster),
+                     "--max-tokens", "4") == 2
+    err = capsys.readouterr().err
+    jobs = sorted(p.name.split("_")[0] for p in (tmp_path / "bad.jobs").glob("*_submitted.pkl"))
+    assert len(jobs) == 2  # submitted, then resubmitted once
+    assert f"shard 0 of {out} failed 2 time(s); the last: submitit-local job" in err
+    assert "SettingsError: --max-tokens 4 is smaller than the longest sentence" in err and "job stderr:" in err
