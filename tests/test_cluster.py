@@ -162,6 +162,9 @@ def test_a_detached_job_runs_on_and_the_next_run_collects_it(tmp_path):
     root = tmp_path / "study"
     job_pid, output = _driver_killed_while_its_job_runs(root, detach=True)
     assert "left running (--detach)" in output and _alive(job_pid)
+    from nat_kd.study.cluster import submitted_note
+
+    assert submitted_note(root, _slow_plan(root)[0]) == f"  (submitit-local job {job_pid} submitted)"  # --list
     (root / "go").touch()  # the job finishes after its driver has gone
     runner = Runner(root, launcher=JobLauncher(root, "submitit-local", FAST))
     records = runner.run(_slow_plan(root))

@@ -16,7 +16,7 @@ from pathlib import Path
 from nat_kd.cli import run
 from nat_kd.launch import LAUNCHERS, install_stop_on_sigterm, read_cluster_file
 
-from .cluster import JobLauncher, check_resource_keys, dry_run
+from .cluster import JobLauncher, check_resource_keys, dry_run, submitted_note
 from .config import load
 from .steps import Runner
 
@@ -76,8 +76,8 @@ def _study(args, argv) -> int:
             print(line)
         return 0
     if args.list:
-        for line in runner.status(steps):
-            print(line)
+        for step, line in zip(steps, runner.status(steps)):
+            print(line + ("" if line.startswith("done") else submitted_note(out, step)))
         return 0
     if launcher is not None:
         install_stop_on_sigterm()

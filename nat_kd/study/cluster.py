@@ -13,7 +13,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-from nat_kd.launch import (ClusterConfig, Resources, Stopped, Submitted, job_failure, make_executor, sbatch_lines,
+from nat_kd.launch import (ClusterConfig, Resources, Submitted, job_failure, make_executor, sbatch_lines,
                            sbatch_script, still_running, tail, wait_for)
 
 from .steps import Step, StepError, execute
@@ -128,6 +128,13 @@ class JobLauncher:
                     job.cancel(check=False)
                 except Exception as err:  # noqa: BLE001 - the job may have ended meanwhile
                     logger.warning("%s: could not cancel job %s: %s", name, job.job_id, err)
+
+
+def submitted_note(root: Path, step: Step) -> str:
+    """For --list: the job a run submitted for a step that is not done (running, or left by a stopped
+    driver); empty if none."""
+    job = Submitted.read(Path(root) / "jobs" / step.name / "submitted.json")
+    return f"  ({job.launcher} job {job.job_id} submitted)" if job else ""
 
 
 def dry_run(steps: list[Step], runner, cluster: ClusterConfig, launcher: str) -> list[str]:
