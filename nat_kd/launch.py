@@ -17,6 +17,7 @@ import re
 import shlex
 import sys
 import tomllib
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -225,7 +226,7 @@ def still_running(job, launcher: str) -> bool:
         if job.paths.result_pickle.exists():
             return False
         return _process_alive(job.job_id)  # a LocalExecutor job's id is its controller's pid
-    return not job.done(force_check=True)
+    return not job.done()  # submitit's shared watcher: one sacct call for all the jobs, at most every minute
 
 
 def _process_alive(pid: str) -> bool:
@@ -269,13 +270,17 @@ def job_failure(job, launcher: str, error: BaseException) -> str:
     return f"{launcher} job {job.job_id}{state}: {cause}\n  job stderr: {job.paths.stderr}"
 
 
-def install_stop_on_sigterm() -> None:
-    """SIGTERM (scancel of the driver, a kill) raises KeyboardInterrupt like Ctrl-C, so the driver cancels or
-    leaves its jobs as it would on SIGINT instead of dying on the spot."""
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM (scancel of the driver, a kill) raises KeyboardInterrupt like Ctrl-C while the block runs, so
+    the driver cancels or leaves its jobs as it does on SIGINT instead of dying on the spot."""
     import signal
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, interrupt)
-
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -102,14 +102,14 @@ from functools import partial
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 import test_cluster as t
-from nat_kd.launch import install_stop_on_sigterm
+from nat_kd.launch import sigterm_as_interrupt
 from nat_kd.study.cluster import JobLauncher
 from nat_kd.study.steps import Runner, Step
 root = Path({root!r})
 logging.basicConfig(level=logging.INFO)
-install_stop_on_sigterm()
 plan = [Step("slow", "test", {{}}, partial(t._wait_for_file, deps=[], value="s", flag=str(root / "go")))]
-Runner(root, launcher=JobLauncher(root, "submitit-local", t.FAST, detach={detach})).run(plan)
+with sigterm_as_interrupt():
+    Runner(root, launcher=JobLauncher(root, "submitit-local", t.FAST, detach={detach})).run(plan)
 """
 
 

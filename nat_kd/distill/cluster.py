@@ -19,9 +19,8 @@ from pathlib import Path
 
 from nat_kd.artifacts import DistilledSet
 from nat_kd.hashing import sha256_json
-from nat_kd.launch import (LAUNCHERS, ClusterConfig, LaunchError, Resources, Submitted, install_stop_on_sigterm,
-                           job_failure, make_executor, read_cluster_file, sbatch_lines, sbatch_script, still_running,
-                           tail)
+from nat_kd.launch import (LAUNCHERS, ClusterConfig, LaunchError, Resources, Submitted, job_failure, make_executor,
+                           read_cluster_file, sbatch_lines, sbatch_script, sigterm_as_interrupt, still_running, tail)
 
 from .progress import ChunkStore, shard_chunks
 
@@ -96,8 +95,6 @@ class ShardLauncher:
 
     def run(self) -> bool:
         """Decode every shard as jobs (resubmitting those that die), merged; True once the set is complete."""
-        if self.launcher != "debug":
-            install_stop_on_sigterm()
         jobs, to_submit = {}, []
         for shard in range(self.num_shards):
             previous = Submitted.read(self._marker(shard))
@@ -176,7 +173,8 @@ def launch(args, cfg):
             print(line)
         return None
     try:
-        launcher.run()
+        with sigterm_as_interrupt():
+            launcher.run()
     except KeyboardInterrupt:
         print(f"stopped; the shards' jobs were {'left running' if args.detach else 'cancelled'}: rerun the same "
               "command to go on", file=sys.stderr)

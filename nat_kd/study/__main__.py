@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+from contextlib import nullcontext
 import sys
 from pathlib import Path
 
 from nat_kd.cli import run
-from nat_kd.launch import LAUNCHERS, install_stop_on_sigterm, read_cluster_file
+from nat_kd.launch import LAUNCHERS, read_cluster_file, sigterm_as_interrupt
 
 from .cluster import JobLauncher, check_resource_keys, dry_run, submitted_note
 from .config import load
@@ -79,10 +80,9 @@ def _study(args, argv) -> int:
         for step, line in zip(steps, runner.status(steps)):
             print(line + ("" if line.startswith("done") else submitted_note(out, step)))
         return 0
-    if launcher is not None:
-        install_stop_on_sigterm()
     try:
-        records = runner.records(steps) if args.results_only else runner.run(steps)
+        with sigterm_as_interrupt() if launcher else nullcontext():
+            records = runner.records(steps) if args.results_only else runner.run(steps)
     except KeyboardInterrupt:
         if launcher is None:
             raise
