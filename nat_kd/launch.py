@@ -55,7 +55,7 @@ class LauncherSettings:
     constraint: str | None = None
     max_jobs: int = 64  # jobs in the queue at once (the study submits what is ready, up to this many)
     setup: tuple[str, ...] = ()  # shell lines the job script runs first (module load ..., source .venv/bin/activate)
-    sbatch: dict = field(default_factory=dict)  # any other sbatch option, e.g. {"gres" = "gpu:a100:1"}
+    sbatch: dict = field(default_factory=dict)  # any other sbatch option, e.g. sbatch = {gres = "gpu:a100:1"}
     poll_seconds: float = 30.0  # how often the driver asks the scheduler about its jobs
     max_retries: int = 2  # generator shards: how often a shard that died is resubmitted
 
@@ -140,8 +140,9 @@ def read_cluster_file(path: str | Path) -> ClusterConfig:
 def executor_parameters(resources: Resources, settings: LauncherSettings, name: str) -> dict:
     """submitit's AutoExecutor parameters of one job."""
     params = {"name": name, "timeout_min": max(1, round(resources.hours * 60)), "nodes": 1, "tasks_per_node": 1,
-              "cpus_per_task": resources.cpus, "gpus_per_node": resources.gpus, "mem_gb": resources.mem_gb,
-              "slurm_setup": list(settings.setup)}
+              "cpus_per_task": resources.cpus, "mem_gb": resources.mem_gb, "slurm_setup": list(settings.setup)}
+    if resources.gpus:  # no GPU: no gres request at all (some CPU partitions refuse even --gpus-per-node=0)
+        params["gpus_per_node"] = resources.gpus
     for key in ("partition", "account", "qos", "constraint"):
         if getattr(settings, key):
             params[f"slurm_{key}"] = getattr(settings, key)
@@ -162,23 +163,23 @@ def make_executor(launcher: str, folder: Path, resources: Resources, settings: L
     return executor
 
 
+# AutoExecutor's generic names as SlurmExecutor's (submitit's own equivalence table, which needs an executor
+# made on a Slurm machine)
+_SLURM_NAMES = {"name": "job_name", "timeout_min": "time", "mem_gb": "mem", "tasks_per_node": "ntasks_per_node"}
+
+
 def sbatch_script(resources: Resources, settings: LauncherSettings, name: str, folder: Path,
                   array: int | None = None) -> str:
-    """The sbatch script submitit would write for this job (an array of ``array`` tasks), without Slurm."""
-    # submitit's own renderer: the script is the one sbatch gets, whatever submitit version is pinned
-    from submitit.slurm.slurm import _make_sbatch_string
+    """The sbatch script submitit writes for this job (an array of ``array`` tasks), made without Slurm by
+    submitit's own renderer from the parameters ``make_executor`` gives it."""
+    from submitit.slurm.slurm import _convert_mem, _make_sbatch_string
 
-    p = executor_parameters(resources, settings, name)
-    return _make_sbatch_string(
-        command=f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}",
-        folder=folder, job_name=name, time=p["timeout_min"], nodes=1, ntasks_per_node=1,
-        cpus_per_task=resources.cpus, gpus_per_node=resources.gpus or None, mem=_mem(resources.mem_gb),
-        partition=settings.partition, account=settings.account, qos=settings.qos, constraint=settings.constraint,
-        setup=list(settings.setup) or None, additional_parameters=dict(settings.sbatch) or None, map_count=array)
-
-
-def _mem(mem_gb: float) -> str:
-    return f"{int(mem_gb)}GB" if mem_gb == int(mem_gb) else f"{int(mem_gb * 1024)}MB"
+    params = {_SLURM_NAMES.get(key, key.removeprefix("slurm_")): value
+              for key, value in executor_parameters(resources, settings, name).items()}
+    params["mem"] = _convert_mem(params["mem"])
+    params["setup"] = params["setup"] or None
+    command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    return _make_sbatch_string(command=command, folder=folder, map_count=array, **params)
 
 
 def sbatch_lines(script: str) -> list[str]:

@@ -331,13 +331,18 @@ def _set_bytes(folder):
             if f.is_file() and f.name not in ("meta.json", "card.json", "CARD.md")}
 
 
-def test_shards_as_a_job_array_give_the_unsharded_set_and_resume_from_saved_chunks(micro_local, tmp_path):
+def test_shards_as_a_job_array_give_the_unsharded_set_and_resume_from_saved_chunks(micro_local, tmp_path, capsys):
     _, local, _ = micro_local
     reference = _set_bytes(local / "work" / "distil.t1.beam" / "data")
     cluster = tmp_path / "cluster.toml"
     cluster.write_text("[launcher]\npoll_seconds = 0.2\n[resources.distil]\ngpus = 0\ncpus = 1\n")
     out = tmp_path / "sharded"
     shards = ["--num-shards", "2", "--chunk-sentences", "30", "--cluster", str(cluster)]
+    assert _generate(micro_local, out, "--num-shards", "2", "--launcher", "slurm", "--dry-run") == 0
+    printed = capsys.readouterr().out
+    assert "nat_kd.distil.sharded: an array of 2 shard job(s) [1 GPU, 8 CPU, 32 GB, 24 h each]" in printed
+    assert "#SBATCH --array=0-1%2" in printed and "#SBATCH --gpus-per-node=1" in printed
+    assert not out.exists() and not (tmp_path / "sharded.jobs").exists()  # a dry run submits and writes nothing
     assert _generate(micro_local, out, *shards, "--launcher", "submitit-local") == 0
     assert _set_bytes(out) == reference
     assert len(list((tmp_path / "sharded.jobs").glob("*_submitted.pkl"))) == 2  # one job a shard

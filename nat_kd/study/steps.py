@@ -5,7 +5,8 @@ depends on, so a changed setting redoes that step and everything downstream, and
 step leaves ``steps/NAME.json`` (fingerprint, result, wall time); its working folder ``work/NAME`` is wiped
 when the fingerprint changes, and kept otherwise, so a killed fairseq-train resumes from its last checkpoint.
 Independent steps run side by side (``jobs`` at a time), each with one torch thread: on a small CPU machine
-two single-threaded jobs get more done than one job with two threads.
+two single-threaded jobs get more done than one job with two threads. With a launcher (cluster.py) each
+step is a cluster job instead, running the same ``execute``.
 """
 from __future__ import annotations
 
