@@ -20,7 +20,8 @@ Backend: --backend fairseq (default, the reference) or ctranslate2 (the teacher 
 --ct2-cache, about twice as fast on a CPU; --compute-type float32/int8, float16/bfloat16 on a GPU).
 Progress is saved in OUT.partial/ chunk by chunk: rerun the same command after a crash to finish.
 Sharding: --num-shards N --shard-id K (or torchrun's RANK/WORLD_SIZE); the last shard to finish merges,
-or run the same command with --merge.
+or run the same command with --merge. On a cluster, --launcher slurm --num-shards N submits the N shards as
+one job array and waits until they are merged.
 
 Recorded, documented behaviour for odd input: sources longer than the teacher's maximum positions are
 decoded truncated (meta.json: truncated_source_lines); empty source lines are not decoded: they get an
@@ -37,6 +38,7 @@ from nat_kd import cli, tokenization
 from nat_kd.artifacts import PreparedCorpus
 
 from .backends import BACKENDS
+from .cluster import add_arguments as add_cluster_arguments
 from .decoding import STRATEGIES, DecodingSettings
 
 
@@ -107,6 +109,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     run.add_argument("--keep-empty-lines", action="store_true",
                      help="keep the pairs of empty source lines in bin/ (an empty source and target); by default "
                           "they are only in the text files, with an empty target, and listed in meta.json")
+    add_cluster_arguments(p)
     return p
 
 
@@ -155,7 +158,14 @@ def main(argv=None) -> int:
     def body() -> int:
         from .pipeline import distill
 
-        result = distill(config_from_args(args))
+        if args.launcher != "local" or args.dry_run:
+            from .cluster import launch
+
+            result = launch(args, config_from_args(args))
+            if result is None:
+                return 0 if args.dry_run else 130
+        else:
+            result = distill(config_from_args(args))
         if result.complete:
             scores = result.meta.get("scores", {})
             print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {result.meta['strategy']}"

@@ -1,4 +1,5 @@
-"""Command line: ``python -m nat_kd.study PROFILE_OR_CONFIG [--out DIR] [--jobs N] [--data-dir DIR | --corpus C.toml]``.
+"""Command line: ``python -m nat_kd.study PROFILE_OR_CONFIG [--out DIR] [--jobs N] [--data-dir DIR | --corpus C.toml]
+[--launcher local|slurm [--cluster CLUSTER.toml] [--detach] [--dry-run]]``.
 
 Runs every step of the study that is not done yet (a killed study resumes where it stopped), then writes
 the results folder: OUT/results/results.md (tables), *.png (figures), results.json, config.toml.
@@ -9,11 +10,14 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+from contextlib import nullcontext
 import sys
 from pathlib import Path
 
 from nat_kd.cli import run
+from nat_kd.launch import LAUNCHERS, read_cluster_file, sigterm_as_interrupt
 
+from .cluster import JobLauncher, check_resource_keys, dry_run, submitted_note
 from .config import load
 from .steps import Runner
 
@@ -39,6 +43,19 @@ def main(argv=None) -> int:
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
     p.add_argument("--results-only", action="store_true",
                    help="rewrite the results folder from the step records there are; run nothing")
+    cluster = p.add_argument_group("on a cluster (docs/study.md, \"On a cluster\")")
+    cluster.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                         help="local (default): steps run here, --jobs at a time; slurm: each step a Slurm job "
+                              "(submitit), what is ready submitted together up to [launcher] max_jobs; "
+                              "submitit-local: the same jobs as processes on this machine")
+    cluster.add_argument("--cluster", metavar="CLUSTER.toml",
+                         help="[launcher] (partition, account, ...) and [resources.KIND] tables over the config's")
+    cluster.add_argument("--dry-run", action="store_true",
+                         help="print every job that would be submitted, with its resources and sbatch options; run "
+                              "nothing (needs no Slurm)")
+    cluster.add_argument("--detach", action="store_true",
+                         help="on Ctrl-C or SIGTERM, leave the submitted jobs running (default: cancel them); the "
+                              "next run of the same command waits for them and collects their results")
     args = p.parse_args(argv)
     return run(lambda: _study(args, argv))
 
@@ -53,12 +70,29 @@ def _study(args, argv) -> int:
     # absolute: the model jobs run in the checkout, wherever the study was started from
     out = Path(args.out or f"runs/study/{cfg.name}").resolve()
     steps = build_plan(cfg, out / "results", args.data_dir)
-    runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, reuse=tuple(map(Path, args.reuse)))
-    if args.list:
-        for line in runner.status(steps):
+    cluster = cfg.cluster.over(read_cluster_file(args.cluster)) if args.cluster else cfg.cluster
+    if args.launcher != "local" or args.dry_run:
+        check_resource_keys(cluster, steps, args.cluster or str(cfg.source))
+    launcher = JobLauncher(out, args.launcher, cluster, args.detach) if args.launcher != "local" else None
+    runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, launcher=launcher,
+                    reuse=tuple(map(Path, args.reuse)))
+    if args.dry_run:
+        for line in dry_run(steps, runner, cluster, args.launcher):
             print(line)
         return 0
-    records = runner.records(steps) if args.results_only else runner.run(steps)
+    if args.list:
+        for step, line in zip(steps, runner.status(steps)):
+            print(line + ("" if line.startswith("done") else submitted_note(out, step)))
+        return 0
+    try:
+        with sigterm_as_interrupt() if launcher else nullcontext():
+            records = runner.records(steps) if args.results_only else runner.run(steps)
+    except KeyboardInterrupt:
+        if launcher is None:
+            raise
+        print(f"stopped; the running jobs were {'left running' if args.detach else 'cancelled'}: rerun the same "
+              "command to go on", file=sys.stderr)
+        return 130
     command = "python -m nat_kd.study " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     paths = write_results(cfg, records, out / "results", command)
     print(f"ran {len(runner.ran)} step(s), {len(runner.skipped)} already done; results: {paths['markdown']}")

@@ -6,10 +6,11 @@ otherwise silently run the default). ``profile_path`` resolves a bundled profile
 from __future__ import annotations
 
 import tomllib
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from nat_kd.errors import NatKdError
+from nat_kd.launch import ClusterConfig, cluster_config
 
 PROFILES = Path(__file__).parent / "profiles"
 # [analysis]: the detailed measures of nat_kd.analysis.report.DetailedAnalysisReport (off unless detailed = true)
@@ -138,6 +139,8 @@ class StudyConfig:
     def data_labels(self) -> list[str]:
         """Every training set's label, in plan order: the real data, the distilled sets, the mixes."""
         return ["real"] + [d.name for d in self.distilled] + [m.name for m in self.mixes]
+    # [launcher] and [resources.*]: the steps as cluster jobs (nat_kd.study.cluster; docs/study.md, "On a cluster")
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
 
 def profile_path(name_or_path: str) -> Path:
@@ -201,8 +204,9 @@ def load(path: str | Path, corpus: str | Path | None = None) -> StudyConfig:
         raw["corpus"] = {**overlay.get("corpus", {}), "_base": str(corpus.resolve().parent)}
     elif "corpus" in raw:
         raw["corpus"] = {**raw["corpus"], "_base": str(path.resolve().parent)}
+    cluster = cluster_config({k: raw.pop(k) for k in ("launcher", "resources") if k in raw}, str(path))
     try:
-        return _build(raw, path)
+        return replace(_build(raw, path), cluster=cluster)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     except TypeError as err:

@@ -84,14 +84,16 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
 
 
 def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training, log: Path,
-          threads: int, nat_family: str | None = None, seed: int = 1) -> Path:
+          threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0) -> Path:
     """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
-    validation loss: the study selects on the validation set)."""
+    validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
+    node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself."""
     if nat_family:
         task = ["--task", "translation_lev", "--criterion", "nat_loss", *STUDENT_FAMILIES[nat_family].train_flags]
     else:
         task = ["--task", "translation", "--criterion", "label_smoothed_cross_entropy"]
     validate = ["--validate-interval-updates", training.validate_every] if training.validate_every else []
+    distributed = ["--distributed-world-size", gpus] if gpus > 1 else []
     run_logged("fairseq_cli.train", [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--arch", arch,
                 *shape.flags(), "--label-smoothing", training.label_smoothing,
                 "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", training.lr,
@@ -99,7 +101,7 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
                 "--weight-decay", training.weight_decay,
                 "--max-tokens", training.max_tokens, "--required-batch-size-multiple", 1,
                 "--max-update", training.updates, *validate, "--save-dir", save_dir, "--no-epoch-checkpoints",
-                "--seed", seed,
+                "--seed", seed, *distributed,
                 "--log-format", "simple", "--log-interval", 50, "--no-progress-bar", "--num-workers", 0],
                log, threads)
     best = save_dir / "checkpoint_best.pt"

@@ -78,7 +78,7 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
 
     def train(budget: Training) -> Path:
         return jobs.train(bin_dir, save_dir, arch=arch, shape=shape_, training=budget, log=ctx.log,
-                          threads=ctx.threads, nat_family=nat_family, seed=seed)
+                          threads=ctx.threads, nat_family=nat_family, seed=seed, gpus=ctx.gpus)
 
     result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)), "shape": shape_.label, "seed": seed}
     splits = evaluation["splits"]

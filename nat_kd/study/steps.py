@@ -5,7 +5,8 @@ depends on, so a changed setting redoes that step and everything downstream, and
 step leaves ``steps/NAME.json`` (fingerprint, result, wall time); its working folder ``work/NAME`` is wiped
 when the fingerprint changes, and kept otherwise, so a killed fairseq-train resumes from its last checkpoint.
 Independent steps run side by side (``jobs`` at a time), each with one torch thread: on a small CPU machine
-two single-threaded jobs get more done than one job with two threads.
+two single-threaded jobs get more done than one job with two threads. With a launcher (cluster.py) each
+step is a cluster job instead, running the same ``execute``.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import logging
 import shutil
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -47,14 +49,48 @@ class StepContext:
     log: Path  # its log file (fairseq's output goes here)
     results: dict  # name -> result of every finished step (its dependencies included)
     threads: int
+    gpus: int = 0  # the GPUs a cluster job was given (0: fairseq uses what it sees, as on one machine)
+
+
+def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: int, threads: int, gpus: int = 0,
+            extra: dict | None = None) -> dict:
+    """Run one step in ``root``'s work/NAME and write its record steps/NAME.json; returns the record.
+
+    A module-level function of picklable arguments: the driver runs it in a thread, a cluster job
+    (nat_kd.study.cluster) in its own process, and either way the record is written by the step's own run,
+    so a job whose driver has gone leaves its result where the next run finds it. ``extra`` goes into the
+    record (the job's id)."""
+    root = Path(root)
+    work = root / "work" / step.name
+    marker = work / ".fingerprint"
+    if work.exists() and (not marker.is_file() or marker.read_text() != fingerprint):
+        shutil.rmtree(work)  # made with other inputs: a resumed fairseq-train would continue the wrong run
+    work.mkdir(parents=True, exist_ok=True)
+    marker.write_text(fingerprint)
+    log = root / "logs" / f"{step.name}.log"
+    started = time.perf_counter()
+    context = StepContext(step, work, log, results, threads, gpus)
+    try:
+        result = step.run(context)
+    except Exception as err:
+        raise StepError(f"step {step.name} failed: {type(err).__name__}: {err}\n  log: {log}") from err
+    wall = time.perf_counter() - started
+    record = {"name": step.name, "kind": step.kind, "settings": step.settings, "deps": step.deps,
+              "fingerprint": fingerprint, "digest": sha256_files(result.get("outputs", [])),
+              "wall_seconds": round(wall, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+              # what the wall time was measured under (--jobs and --threads may override the config's)
+              "jobs": jobs, "threads": threads, **(extra or {}), "result": result}
+    atomic.write_json(root / "steps" / f"{step.name}.json", record)
+    return record
 
 
 class Runner:
-    """``reuse``: other study folders whose finished steps stand in for this study's own when their
-    fingerprints match (the same settings on the same inputs): the record is copied, the outputs stay there."""
-
-    def __init__(self, root: Path, jobs: int = 1, threads: int = 1, reuse: tuple[Path, ...] = ()):
-        self.root, self.jobs, self.threads = Path(root), max(1, jobs), threads
+    def __init__(self, root: Path, jobs: int = 1, threads: int = 1, launcher=None, reuse: tuple[Path, ...] = ()):
+        """``launcher``: None runs the steps in this process's threads, ``jobs`` at a time; a
+        nat_kd.study.cluster.JobLauncher submits each as a job instead, up to its own limit. ``reuse``: other
+        study folders whose finished steps stand in for this study's own when their fingerprints match (the
+        same settings on the same inputs): the record is copied, the outputs stay there."""
+        self.root, self.jobs, self.threads, self.launcher = Path(root), max(1, jobs), threads, launcher
         self.reuse = [Path(r) for r in reuse]
         for other in self.reuse:
             if not (other / "steps").is_dir():
@@ -94,27 +130,8 @@ class Runner:
                 and sha256_files(record["result"].get("outputs", [])) == record["digest"])
 
     def _execute(self, step: Step, fingerprint: str, records: dict) -> dict:
-        work = self.work_dir / step.name
-        marker = work / ".fingerprint"
-        if work.exists() and (not marker.is_file() or marker.read_text() != fingerprint):
-            shutil.rmtree(work)  # made with other inputs: a resumed fairseq-train would continue the wrong run
-        work.mkdir(parents=True, exist_ok=True)
-        marker.write_text(fingerprint)
-        log = self.log_dir / f"{step.name}.log"
-        started = time.perf_counter()
-        context = StepContext(step, work, log, {n: r["result"] for n, r in records.items()}, self.threads)
-        try:
-            result = step.run(context)
-        except Exception as err:
-            raise StepError(f"step {step.name} failed: {type(err).__name__}: {err}\n  log: {log}") from err
-        wall = time.perf_counter() - started
-        record = {"name": step.name, "kind": step.kind, "settings": step.settings, "deps": step.deps,
-                  "fingerprint": fingerprint, "digest": sha256_files(result.get("outputs", [])),
-                  "wall_seconds": round(wall, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-                  # what the wall time was measured under (--jobs and --threads may override the config's)
-                  "jobs": self.jobs, "threads": self.threads, "result": result}
-        atomic.write_json(self.records_dir / f"{step.name}.json", record)
-        return record
+        return execute(self.root, step, fingerprint, {n: r["result"] for n, r in records.items()},
+                       jobs=self.jobs, threads=self.threads)
 
     def run(self, steps: list[Step]) -> dict[str, dict]:
         """Run every step whose inputs changed, dependencies first; returns name -> record."""
@@ -125,7 +142,9 @@ class Runner:
                 raise ValueError(f"step {s.name} depends on unknown step(s) {missing}")
         records: dict[str, dict] = {}
         pending, running, failure = dict(by_name), {}, None
-        with ThreadPoolExecutor(self.jobs) as pool:
+        limit = self.launcher.max_jobs if self.launcher else self.jobs
+        start = self.launcher.start if self.launcher else self._execute
+        with ThreadPoolExecutor(limit) as pool, self.launcher or nullcontext():
             while True:
                 launched = True
                 while launched and not failure:  # skip what is up to date, start what is ready
@@ -136,9 +155,9 @@ class Runner:
                         if self._up_to_date(record, fingerprint):
                             records[step.name] = record
                             self.skipped.append(step.name)
-                        elif len(running) < self.jobs:
+                        elif len(running) < limit:
                             logger.info("start %s", step.name)
-                            running[pool.submit(self._execute, step, fingerprint, dict(records))] = step
+                            running[pool.submit(start, step, fingerprint, dict(records))] = step
                         else:
                             continue
                         del pending[step.name]

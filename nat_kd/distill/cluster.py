@@ -1,0 +1,183 @@
+"""The generator's shards as one cluster job array (``--launcher slurm --num-shards N``).
+
+Shard k is ``distill`` with ``--shard-id k``, run by a submitit job; the N jobs go out as one array. Each
+saves its chunks as it decodes (progress.py), and the shard that finishes last merges, as when the user
+starts the shards by hand. The driver waits for the array; a shard that died is resubmitted (up to
+[launcher] max_retries times) and resumes from its saved chunks. Should no shard have merged (all were done
+before this run), one more job merges. While the jobs run their ids are in ``OUT.jobs/submitted.json``, so
+a rerun of the same command after the driver was stopped with ``--detach`` waits on them instead of
+submitting them again.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from nat_kd.artifacts import DistilledSet
+from nat_kd.hashing import sha256_json
+from nat_kd.launch import (LAUNCHERS, ClusterConfig, LaunchError, Resources, Submitted, job_failure, make_executor,
+                           read_cluster_file, sbatch_lines, sbatch_script, sigterm_as_interrupt, still_running, tail)
+
+from .progress import ChunkStore, shard_chunks
+
+logger = logging.getLogger("nat_kd.generate_distilled")
+# a shard of a teacher decoding its part of the corpus (the [resources.distil] table changes it)
+SHARD_RESOURCES = {"distil": Resources(gpus=1, cpus=8, mem_gb=32, hours=24)}
+
+
+def add_arguments(parser) -> None:
+    group = parser.add_argument_group("on a cluster (docs/generate_distilled.md, \"On a cluster\")")
+    group.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                       help="local (default): decode here; slurm: the --num-shards shards as one Slurm job array "
+                            "(submitit), merged when the last ends; submitit-local: the same jobs as processes here")
+    group.add_argument("--cluster", metavar="CLUSTER.toml",
+                       help="[launcher] (partition, account, max_retries, ...) and [resources.distil] (gpus, cpus, "
+                            "mem_gb, hours) of each shard's job")
+    group.add_argument("--dry-run", action="store_true",
+                       help="print the job array that would be submitted, with its sbatch options; run nothing")
+    group.add_argument("--detach", action="store_true",
+                       help="on Ctrl-C or SIGTERM, leave the shards' jobs running (default: cancel them); the last "
+                            "one merges, and rerunning the command waits for them")
+
+
+def run_shard(cfg, shard_id: int, num_shards: int) -> bool:
+    """The job's body: one shard decoded (what it has not saved yet); True if it also merged the set."""
+    from .pipeline import distill
+
+    return distill(replace(cfg, shard_id=shard_id, num_shards=num_shards, merge_only=False,
+                           progress_bar=False)).complete
+
+
+def merge(cfg) -> bool:
+    from .pipeline import distill
+
+    return distill(replace(cfg, merge_only=True, progress_bar=False)).complete
+
+
+class ShardLauncher:
+    def __init__(self, cfg, launcher: str, cluster: ClusterConfig, detach: bool = False):
+        if cfg.merge_only:
+            raise LaunchError("--merge runs here: drop --launcher (the shards' jobs merge by themselves)")
+        self.cfg, self.launcher, self.cluster, self.detach = cfg, launcher, cluster, detach
+        self.num_shards = cfg.num_shards or 1
+        self.out = Path(cfg.out_dir)
+        self.folder = self.out.with_name(self.out.name + ".jobs")
+        self.resources = cluster.resources_for(SHARD_RESOURCES, "distil")
+        self.name = f"nat_kd.distil.{self.out.name}"
+        # what the jobs compute: a marker left by another command is not waited on
+        self.key = sha256_json({k: v for k, v in asdict(cfg).items() if k not in ("shard_id", "progress_bar")})
+
+    def dry_run(self) -> list[str]:
+        script = sbatch_script(self.resources, self.cluster.launcher, self.name, self.folder, array=self.num_shards)
+        return ([f"{self.name}: an array of {self.num_shards} shard job(s) [{self.resources.describe()} each], "
+                 "the last to finish merges"]
+                + [f"    {line}" for line in sbatch_lines(script)
+                   if not line.startswith(("#SBATCH --output", "#SBATCH --error"))])
+
+    def _marker(self, shard: int) -> Path:
+        return self.folder / f"shard-{shard}.submitted.json"
+
+    def _shard_done(self, shard: int) -> bool:
+        """All the shard's chunks are saved (by an earlier run): nothing to submit for it."""
+        store = ChunkStore(DistilledSet(self.out).progress_dir)
+        plan = store.dir / "plan.json"
+        if not plan.is_file():
+            return False
+        chunks = json.loads(plan.read_text(encoding="utf-8"))["chunks"]
+        return all(store.is_done(i) for i in shard_chunks(len(chunks), shard, self.num_shards))
+
+    def _executor(self):
+        return make_executor(self.launcher, self.folder, self.resources, self.cluster.launcher, self.name)
+
+    def run(self) -> bool:
+        """Decode every shard as jobs (resubmitting those that die), merged; True once the set is complete."""
+        jobs, to_submit = {}, []
+        for shard in range(self.num_shards):
+            previous = Submitted.read(self._marker(shard))
+            if previous and previous.key == self.key and previous.launcher == self.launcher:
+                job = previous.job()
+                if still_running(job, self.launcher):
+                    logger.info("shard %d: %s job %s from an earlier run is still running; waiting for it", shard,
+                                self.launcher, job.job_id)
+                    jobs[shard] = job
+                    continue
+            if not self._shard_done(shard):
+                to_submit.append(shard)
+        if to_submit:
+            executor = self._executor()
+            submitted = executor.map_array(run_shard, [self.cfg] * len(to_submit), to_submit,
+                                           [self.num_shards] * len(to_submit))
+            for shard, job in zip(to_submit, submitted):
+                self._submitted(shard, job)
+                jobs[shard] = job
+            logger.info("submitted shards %s as %s job(s) %s (%s each)", to_submit, self.launcher,
+                        ", ".join(str(j.job_id) for j in submitted), self.resources.describe())
+        retries, merged = dict.fromkeys(range(self.num_shards), 0), False
+        try:
+            while jobs:
+                for shard, job in list(jobs.items()):
+                    if still_running(job, self.launcher):
+                        continue
+                    del jobs[shard]
+                    try:
+                        merged = job.result() or merged
+                        self._marker(shard).unlink(missing_ok=True)
+                    except Exception as err:  # noqa: BLE001 - the shard's error, or the scheduler's
+                        failure = job_failure(job, self.launcher, err) + tail(job.paths.stderr)
+                        if retries[shard] >= self.cluster.launcher.max_retries:
+                            raise LaunchError(f"shard {shard} of {self.out} failed {retries[shard] + 1} time(s); "
+                                              f"the last: {failure}") from None
+                        retries[shard] += 1
+                        logger.warning("shard %d failed (%s); resubmitting it (retry %d of %d), it resumes from its "
+                                       "saved chunks", shard, failure.splitlines()[0], retries[shard],
+                                       self.cluster.launcher.max_retries)
+                        job = self._executor().submit(run_shard, self.cfg, shard, self.num_shards)
+                        self._submitted(shard, job)
+                        jobs[shard] = job
+                if jobs:
+                    time.sleep(self.cluster.launcher.poll_seconds)
+        except BaseException:
+            for shard, job in jobs.items():
+                if self.detach:
+                    logger.info("shard %d: %s job %s left running (--detach)", shard, self.launcher, job.job_id)
+                else:
+                    logger.info("shard %d: cancelling %s job %s", shard, self.launcher, job.job_id)
+                    job.cancel(check=False)
+            raise
+        if not merged:  # every shard was done before this run, or the last ones raced: merge in one more job
+            job = self._executor().submit(merge, self.cfg)
+            logger.info("merging in %s job %s", self.launcher, job.job_id)
+            try:
+                merged = job.result()
+            except Exception as err:  # noqa: BLE001
+                raise LaunchError(f"merging {self.out} failed in {job_failure(job, self.launcher, err)}") from None
+        return merged
+
+    def _submitted(self, shard: int, job) -> None:
+        Submitted(self.launcher, str(job.job_id), str(self.folder), self.key).write(self._marker(shard))
+
+
+def launch(args, cfg):
+    """``python -m nat_kd.generate_distilled ... --launcher slurm``: the array until merged (its DistillResult);
+    None after a dry run (printed) or a stop."""
+    from .pipeline import DistillResult
+
+    cluster = read_cluster_file(args.cluster) if args.cluster else ClusterConfig()
+    launcher = ShardLauncher(cfg, args.launcher, cluster, args.detach)
+    if args.dry_run:
+        for line in launcher.dry_run():
+            print(line)
+        return None
+    try:
+        with sigterm_as_interrupt():
+            launcher.run()
+    except KeyboardInterrupt:
+        print(f"stopped; the shards' jobs were {'left running' if args.detach else 'cancelled'}: rerun the same "
+              "command to go on", file=sys.stderr)
+        return None
+    out = DistilledSet(cfg.out_dir)
+    return DistillResult(out.root, True, out.meta())

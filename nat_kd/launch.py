@@ -1,0 +1,287 @@
+"""Running work as cluster jobs through submitit (the engine of fairseq's and Hydra's Slurm launchers).
+
+The study driver (``nat_kd.study``) submits its steps and the generator (``nat_kd.generate_distilled``) its
+shards through this module. It holds what the two share: the ``[launcher]`` settings and the
+``[resources.KIND]`` tables of a TOML file, the submitit executor they make, the sbatch script a
+``--dry-run`` prints, and how a submitted job is found again by a later run (a detached driver's jobs).
+
+Launchers: ``local`` (the commands' own in-process runs: nothing here is used), ``slurm`` (sbatch), and
+``submitit-local`` (submitit's LocalExecutor: each job a process on this machine, through the same code as
+``slurm``; for trying a cluster set-up, and for the tests).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import tomllib
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from nat_kd import atomic
+from nat_kd.errors import NatKdError
+
+LAUNCHERS = ("local", "slurm", "submitit-local")
+# submitit's own names for the two cluster launchers (``debug`` runs jobs in the driver: the tests use it)
+_SUBMITIT_CLUSTER = {"slurm": "slurm", "submitit-local": "local", "debug": "debug"}
+
+
+class LaunchError(NatKdError):
+    """Bad [launcher]/[resources] settings, or a job that could not be submitted."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one job asks the scheduler for (one node, one task: a multi-GPU fairseq-train spawns its own
+    processes, one per GPU)."""
+    gpus: int = 0
+    cpus: int = 1
+    mem_gb: float = 8.0
+    hours: float = 1.0
+
+    def describe(self) -> str:
+        return f"{self.gpus} GPU, {self.cpus} CPU, {self.mem_gb:g} GB, {self.hours:g} h"
+
+
+@dataclass(frozen=True)
+class LauncherSettings:
+    """The ``[launcher]`` table."""
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    max_jobs: int = 64  # jobs in the queue at once (the study submits what is ready, up to this many)
+    setup: tuple[str, ...] = ()  # shell lines the job script runs first (module load ..., source .venv/bin/activate)
+    sbatch: dict = field(default_factory=dict)  # any other sbatch option, e.g. sbatch = {gres = "gpu:a100:1"}
+    poll_seconds: float = 30.0  # how often the driver asks the scheduler about its jobs
+    max_retries: int = 2  # generator shards: how often a shard that died is resubmitted
+
+
+# the type of each key of [launcher] and [resources.KIND] that is not a string
+_TYPES = {"setup": list, "sbatch": dict, "max_jobs": int, "max_retries": int, "gpus": int, "cpus": int,
+          "mem_gb": (int, float), "hours": (int, float), "poll_seconds": (int, float)}
+
+
+def _checked(cls, table: dict, where: str):
+    """A dataclass from a TOML table, every key known and of its type."""
+    table, values = dict(table), {}
+    for f in fields(cls):
+        if f.name not in table:
+            continue
+        value, expected = table.pop(f.name), _TYPES.get(f.name, str)
+        if not isinstance(value, expected) or isinstance(value, bool):
+            name = getattr(expected, "__name__", "a number")
+            raise LaunchError(f"{where}.{f.name} = {value!r}: expected {name}")
+        values[f.name] = tuple(value) if f.name == "setup" else value
+    if table:
+        raise LaunchError(f"{where}: unknown key(s) {', '.join(sorted(table))}; known: "
+                          f"{', '.join(f.name for f in fields(cls))}")
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """``[launcher]`` and ``[resources]`` of a config: how jobs are submitted and what each kind asks for.
+
+    ``resources`` maps a job kind (the study's step kinds, ``distil`` for the generator's shards) or a
+    study step's name to its overrides of the defaults."""
+    launcher: LauncherSettings = field(default_factory=LauncherSettings)
+    resources: dict = field(default_factory=dict)  # kind or step name -> {gpus, cpus, mem_gb, hours}
+
+    def resources_for(self, defaults: dict[str, Resources], kind: str, name: str | None = None) -> Resources:
+        """The kind's default, under the [resources.KIND] keys, under the [resources."STEP NAME"] keys."""
+        out = defaults.get(kind, Resources())
+        for key in (kind, name):
+            if key in self.resources:
+                out = replace(out, **self.resources[key])
+        return out
+
+    def over(self, other: ClusterConfig) -> ClusterConfig:
+        """This config with ``other``'s tables over it (a --cluster file over a profile's)."""
+        launcher = replace(self.launcher, **{f.name: getattr(other.launcher, f.name)
+                                             for f in fields(LauncherSettings)
+                                             if getattr(other.launcher, f.name) != getattr(LauncherSettings(), f.name)})
+        resources = {k: {**self.resources.get(k, {}), **v} for k, v in {**self.resources, **other.resources}.items()}
+        return ClusterConfig(launcher, resources)
+
+
+def cluster_config(tables: dict, where: str = "") -> ClusterConfig:
+    """``[launcher]`` and ``[resources.*]`` read and checked (``where``: the file, for the messages)."""
+    prefix = f"{where}: " if where else ""
+    try:
+        launcher = _checked(LauncherSettings, tables.get("launcher", {}), "[launcher]")
+        resources = {}
+        for key, table in tables.get("resources", {}).items():
+            if not isinstance(table, dict):
+                raise LaunchError(f"[resources].{key}: expected a table [resources.{key}] of gpus, cpus, mem_gb, hours")
+            resources[key] = {k: v for k, v in asdict(_checked(Resources, table, f"[resources.{key}]")).items()
+                              if k in table}
+    except LaunchError as err:
+        raise LaunchError(prefix + str(err)) from None
+    return ClusterConfig(launcher, resources)
+
+
+def read_cluster_file(path: str | Path) -> ClusterConfig:
+    """A ``--cluster FILE.toml``: [launcher] and [resources.*] only."""
+    path = Path(path)
+    try:
+        tables = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise LaunchError(f"{path}: {err}") from None
+    if set(tables) - {"launcher", "resources"}:
+        raise LaunchError(f"{path}: a cluster file holds [launcher] and [resources.*] only, not "
+                          f"{', '.join(sorted(set(tables) - {'launcher', 'resources'}))}")
+    return cluster_config(tables, str(path))
+
+
+def executor_parameters(resources: Resources, settings: LauncherSettings, name: str) -> dict:
+    """submitit's AutoExecutor parameters of one job."""
+    params = {"name": name, "timeout_min": max(1, round(resources.hours * 60)), "nodes": 1, "tasks_per_node": 1,
+              "cpus_per_task": resources.cpus, "mem_gb": resources.mem_gb, "slurm_setup": list(settings.setup)}
+    if resources.gpus:  # no GPU: no gres request at all (some CPU partitions refuse even --gpus-per-node=0)
+        params["gpus_per_node"] = resources.gpus
+    for key in ("partition", "account", "qos", "constraint"):
+        if getattr(settings, key):
+            params[f"slurm_{key}"] = getattr(settings, key)
+    if settings.sbatch:
+        params["slurm_additional_parameters"] = dict(settings.sbatch)
+    return params
+
+
+def make_executor(launcher: str, folder: Path, resources: Resources, settings: LauncherSettings, name: str):
+    """A submitit executor for one job (or one array) of ``resources``, its files in ``folder``."""
+    import submitit
+
+    try:
+        executor = submitit.AutoExecutor(folder=folder, cluster=_SUBMITIT_CLUSTER[launcher])
+    except RuntimeError as err:  # no srun on this machine
+        raise LaunchError(f"--launcher {launcher}: {err} (try --dry-run to see the jobs)") from None
+    executor.update_parameters(**executor_parameters(resources, settings, name))
+    return executor
+
+
+# AutoExecutor's generic names as SlurmExecutor's (submitit's own equivalence table, which needs an executor
+# made on a Slurm machine)
+_SLURM_NAMES = {"name": "job_name", "timeout_min": "time", "mem_gb": "mem", "tasks_per_node": "ntasks_per_node"}
+
+
+def sbatch_script(resources: Resources, settings: LauncherSettings, name: str, folder: Path,
+                  array: int | None = None) -> str:
+    """The sbatch script submitit writes for this job (an array of ``array`` tasks), made without Slurm by
+    submitit's own renderer from the parameters ``make_executor`` gives it."""
+    from submitit.slurm.slurm import _convert_mem, _make_sbatch_string
+
+    params = {_SLURM_NAMES.get(key, key.removeprefix("slurm_")): value
+              for key, value in executor_parameters(resources, settings, name).items()}
+    params["mem"] = _convert_mem(params["mem"])
+    params["setup"] = params["setup"] or None
+    command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
+    return _make_sbatch_string(command=command, folder=folder, map_count=array, **params)
+
+
+def sbatch_lines(script: str) -> list[str]:
+    """The ``#SBATCH`` lines of a script (what a dry run prints)."""
+    return [line for line in script.splitlines() if line.startswith("#SBATCH")]
+
+
+# ---------------------------------------------------------------- submitted jobs, found again later
+
+@dataclass(frozen=True)
+class Submitted:
+    """A job this or an earlier run submitted, as written to its marker file: enough to find it again."""
+    launcher: str
+    job_id: str
+    folder: str
+    key: str  # what the job computes (a step's fingerprint): a marker for other work is stale
+
+    def write(self, path: Path) -> None:
+        atomic.write_json(path, asdict(self))
+
+    @classmethod
+    def read(cls, path: Path) -> Submitted | None:
+        try:
+            return cls(**json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def job(self):
+        """The submitit job, re-created from its id and folder (what a detached driver left running)."""
+        import submitit
+
+        if self.launcher == "slurm":
+            return submitit.SlurmJob(folder=self.folder, job_id=self.job_id)
+        return submitit.local.local.LocalJob(folder=self.folder, job_id=self.job_id)
+
+
+def still_running(job, launcher: str) -> bool:
+    """Whether a job (maybe re-created from a marker, without its process handle) is queued or running."""
+    if launcher == "debug":
+        return False
+    if launcher == "submitit-local":
+        process = getattr(job, "_process", None)
+        if process is not None:
+            return process.poll() is None
+        if job.paths.result_pickle.exists():
+            return False
+        return _process_alive(job.job_id)  # a LocalExecutor job's id is its controller's pid
+    return not job.done()  # submitit's shared watcher: one sacct call for all the jobs, at most every minute
+
+
+def _process_alive(pid: str) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not reaped by its orphaned parent, does not)."""
+    try:
+        os.kill(int(pid), 0)
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_for(job, launcher: str, poll_seconds: float, stop) -> None:
+    """Block until ``job`` ends, or ``stop`` (a threading.Event) is set: then raise ``Stopped``."""
+    while still_running(job, launcher):
+        if stop.wait(poll_seconds):
+            raise Stopped(f"job {job.job_id} left running")
+    if stop.is_set():
+        raise Stopped(f"job {job.job_id}")
+
+
+class Stopped(Exception):
+    """The driver was told to stop (SIGINT/SIGTERM) while it waited on a job."""
+
+
+def tail(path: Path | None, lines: int = 15) -> str:
+    """The last lines of a log, indented (empty if there is no such file)."""
+    if path is None or not Path(path).is_file():
+        return ""
+    text = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+    return "\n    " + "\n    ".join(text) if text else ""
+
+
+def job_failure(job, launcher: str, error: BaseException) -> str:
+    """Which job failed and why (``error``: what its result raised): the job's own exception's last line, or
+    the scheduler's state for a job killed from outside (timed out, out of memory, cancelled)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    raised = [line for line in lines if re.match(r"[\w.]+(Error|Exception|Interrupt|Exit)\b", line)]
+    cause = raised[-1] if raised else next((line for line in lines if line), type(error).__name__)
+    state = "" if launcher == "debug" else f", state {job.state}"
+    return f"{launcher} job {job.job_id}{state}: {cause}\n  job stderr: {job.paths.stderr}"
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM (scancel of the driver, a kill) raises KeyboardInterrupt like Ctrl-C while the block runs, so
+    the driver cancels or leaves its jobs as it does on SIGINT instead of dying on the spot."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,370 @@
+"""The study's steps and the generator's shards as submitit jobs: submitit's local executor (a process a job)
+and its debug executor (in the driver) run the code paths of ``--launcher slurm``; no Slurm is needed."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from nat_kd.launch import ClusterConfig, LauncherSettings, LaunchError, Resources, cluster_config, read_cluster_file
+from nat_kd.study.cluster import JobLauncher
+from nat_kd.study.steps import Runner, Step, StepError
+
+# the jobs unpickle this module's step functions in processes that cannot import it
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+ROOT = Path(__file__).resolve().parent.parent
+FAST = ClusterConfig(LauncherSettings(poll_seconds=0.2))
+
+
+def _write(ctx, deps, value, fail=False):
+    """A step writing ``value`` and its dependencies' texts to work/out.txt, counting its runs in
+    ../calls.txt (the jobs run in other processes)."""
+    with open(ctx.work.parent.parent / "calls.txt", "a") as calls:
+        calls.write(ctx.step.name + "\n")
+    if fail:
+        ctx.log.write_text("loading the data\nsomething is wrong on line 7 of the input\n")
+        raise RuntimeError("boom")
+    text = value + "".join(ctx.results[d]["text"] for d in deps)
+    (ctx.work / "out.txt").write_text(text)
+    return {"text": text, "outputs": [str(ctx.work / "out.txt")]}
+
+
+def _wait_for_file(ctx, deps, value, flag):
+    """A step that runs until ``flag`` exists (a long job), then writes like _write; counts its starts in
+    ../starts.txt."""
+    with open(ctx.work.parent.parent / "starts.txt", "a") as starts:
+        starts.write(ctx.step.name + "\n")
+    while not Path(flag).exists():
+        time.sleep(0.1)
+    return _write(ctx, deps, value)
+
+
+def _plan(fail=False):
+    from functools import partial
+
+    return [Step("a", "test", {"v": "1"}, partial(_write, deps=[], value="1")),
+            Step("b", "test", {"v": "2"}, partial(_write, deps=["a"], value="2", fail=fail), ["a"]),
+            Step("c", "test", {"v": "3"}, partial(_write, deps=[], value="3"))]
+
+
+def _calls(root):
+    path = Path(root) / "calls.txt"
+    return sorted(path.read_text().split()) if path.is_file() else []
+
+
+def _outputs(root):
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted((Path(root) / "work").rglob("out.txt"))}
+
+
+@pytest.mark.parametrize("launcher", ["submitit-local", "debug"])
+def test_steps_as_jobs_give_the_local_runners_records_and_outputs(tmp_path, launcher):
+    local = Runner(tmp_path / "local", jobs=2).run(_plan())
+    out = tmp_path / launcher
+    records = Runner(out, launcher=JobLauncher(out, launcher, FAST)).run(_plan())
+    assert _outputs(out) == _outputs(tmp_path / "local") and _calls(out) == ["a", "b", "c"]
+    for name, record in records.items():
+        assert record["result"]["text"] == local[name]["result"]["text"]
+        assert record == json.loads((out / "steps" / f"{name}.json").read_text())  # written by the job itself
+        assert record["launcher"]["launcher"] == launcher and record["launcher"]["job_id"]
+    if launcher == "submitit-local":  # a job of its own: its id is its process's
+        assert len({r["launcher"]["job_id"] for r in records.values()}) == 3
+    # the records are the one source of truth: the local runner finds every step done, and so do the jobs
+    assert [line.split()[0] for line in Runner(out).status(_plan())] == ["done"] * 3
+    runner = Runner(out, launcher=JobLauncher(out, launcher, FAST))
+    runner.run(_plan())
+    assert runner.ran == [] and _calls(out) == ["a", "b", "c"]
+
+
+def test_a_failing_job_is_reported_with_its_id_and_log_and_the_rest_resumes(tmp_path):
+    launcher = JobLauncher(tmp_path, "submitit-local", FAST)
+    with pytest.raises(StepError) as err:
+        Runner(tmp_path, launcher=launcher).run(_plan(fail=True))
+    message = str(err.value)
+    job_id = next((tmp_path / "jobs" / "b").glob("*_submitted.pkl")).name.split("_")[0]
+    assert f"step b failed in submitit-local job {job_id}" in message
+    assert "StepError: step b failed: RuntimeError: boom" in message
+    assert "something is wrong on line 7 of the input" in message  # the tail of the step's log
+    assert str(tmp_path / "logs" / "b.log") in message and "job stderr:" in message
+    assert not (tmp_path / "steps" / "b.json").exists() and _calls(tmp_path) == ["a", "b", "c"]
+    Runner(tmp_path, launcher=JobLauncher(tmp_path, "submitit-local", FAST)).run(_plan())
+    assert _calls(tmp_path) == ["a", "b", "b", "c"]  # only the failed step again
+
+
+DRIVER = """
+import logging
+import sys
+from functools import partial
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import test_cluster as t
+from nat_kd.launch import sigterm_as_interrupt
+from nat_kd.study.cluster import JobLauncher
+from nat_kd.study.steps import Runner, Step
+root = Path({root!r})
+logging.basicConfig(level=logging.INFO)
+plan = [Step("slow", "test", {{}}, partial(t._wait_for_file, deps=[], value="s", flag=str(root / "go")))]
+with sigterm_as_interrupt():
+    Runner(root, launcher=JobLauncher(root, "submitit-local", t.FAST, detach={detach})).run(plan)
+"""
+
+
+def _driver_killed_while_its_job_runs(root, detach):
+    """Start a driver on the slow step in its own process, SIGTERM it once the job is submitted."""
+    root.mkdir()
+    log = root / "driver.log"  # not a pipe: a detached job inherits the driver's streams and holds a pipe open
+    with open(log, "w") as streams:
+        driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(tests=str(ROOT / "tests"), root=str(root),
+                                                                       detach=detach)],
+                                  cwd=ROOT, stdout=streams, stderr=subprocess.STDOUT)
+    marker = root / "jobs" / "slow" / "submitted.json"
+    deadline = time.time() + 120
+    while not marker.exists() or not (root / "starts.txt").exists():  # submitted, and the job is running
+        assert driver.poll() is None and time.time() < deadline, log.read_text()
+        time.sleep(0.1)
+    job_pid = int(json.loads(marker.read_text())["job_id"])
+    driver.send_signal(signal.SIGTERM)
+    driver.wait(timeout=60)
+    return job_pid, log.read_text()
+
+
+def _alive(pid):
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _slow_plan(root):
+    from functools import partial
+
+    return [Step("slow", "test", {}, partial(_wait_for_file, deps=[], value="s", flag=str(root / "go")))]
+
+
+def test_a_stopped_driver_cancels_its_jobs_and_a_rerun_does_the_step_again(tmp_path):
+    root = tmp_path / "study"
+    job_pid, output = _driver_killed_while_its_job_runs(root, detach=False)
+    assert "cancelling submitit-local job" in output
+    deadline = time.time() + 30
+    while _alive(job_pid):
+        assert time.time() < deadline, "the job was not cancelled"
+        time.sleep(0.1)
+    (root / "go").touch()
+    Runner(root, launcher=JobLauncher(root, "submitit-local", FAST)).run(_slow_plan(root))
+    assert (root / "starts.txt").read_text() == "slow\nslow\n" and _calls(root) == ["slow"]
+
+
+def test_a_detached_job_runs_on_and_the_next_run_collects_it(tmp_path):
+    root = tmp_path / "study"
+    job_pid, output = _driver_killed_while_its_job_runs(root, detach=True)
+    assert "left running (--detach)" in output and _alive(job_pid)
+    from nat_kd.study.cluster import submitted_note
+
+    assert submitted_note(root, _slow_plan(root)[0]) == f"  (submitit-local job {job_pid} submitted)"  # --list
+    (root / "go").touch()  # the job finishes after its driver has gone
+    runner = Runner(root, launcher=JobLauncher(root, "submitit-local", FAST))
+    records = runner.run(_slow_plan(root))
+    assert records["slow"]["result"]["text"] == "s" and records["slow"]["launcher"]["job_id"] == str(job_pid)
+    assert (root / "starts.txt").read_text() == "slow\n"  # waited for or found done, never submitted again
+
+
+# ------------------------------------------------------------------ settings and dry runs
+
+
+def test_resources_come_from_the_kind_then_the_kind_table_then_the_step_table(tmp_path):
+    from nat_kd.study.cluster import STEP_RESOURCES, step_resources
+
+    cluster = cluster_config({"resources": {"train": {"gpus": 4, "hours": 100}, "teacher.big": {"mem_gb": 64}}})
+    train = STEP_RESOURCES["train"]
+    step = lambda name, kind: Step(name, kind, {}, None)  # noqa: E731
+    assert step_resources(cluster, step("teacher.big", "train")) == Resources(4, train.cpus, 64, 100)
+    assert step_resources(cluster, step("teacher.base", "train")) == Resources(4, train.cpus, train.mem_gb, 100)
+    assert step_resources(cluster, step("analysis", "analysis")) == STEP_RESOURCES["analysis"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[launcher]\npartion = 'gpu'\n", "[launcher]: unknown key(s) partion"),
+    ("[launcher]\nmax_jobs = 'many'\n", "[launcher].max_jobs = 'many': expected int"),
+    ("[resources.train]\ngpu = 2\n", "[resources.train]: unknown key(s) gpu"),
+    ("[resources]\ntrain = 2\n", "expected a table [resources.train]"),
+    ("[study]\njobs = 2\n", "holds [launcher] and [resources.*] only"),
+])
+def test_cluster_file_errors_name_the_file_and_the_key(tmp_path, text, message):
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    with pytest.raises(LaunchError) as err:
+        read_cluster_file(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_paper_dry_run_prints_every_job_with_its_sbatch_options(tmp_path, capsys):
+    from nat_kd.study import config as study_config
+    from nat_kd.study.__main__ import main
+    from nat_kd.study.plan import build_plan
+
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text('[launcher]\npartition = "gpu"\naccount = "nmt"\nsetup = ["source .venv/bin/activate"]\n'
+                       '[resources.train]\nhours = 100\n[resources."teacher.big"]\ngpus = 4\n')
+    assert main(["paper", "--launcher", "slurm", "--cluster", str(cluster), "--dry-run",
+                 "--out", str(tmp_path / "paper")]) == 0
+    out = capsys.readouterr().out
+    steps = build_plan(study_config.load("paper"), tmp_path)
+    heads = [line for line in out.splitlines() if not line.startswith(" ")]
+    assert [h.split()[0] for h in heads] == [s.name for s in steps]  # every step, in plan order
+    big = out.split("teacher.big  ", 1)[1].split("\n", 1)[0]
+    assert big == "[train: 4 GPU, 8 CPU, 32 GB, 100 h] after prepare"
+    block = out.split("teacher.big  ", 1)[1].split("\n" + "distil.big.beam", 1)[0]
+    for option in ["--gpus-per-node=4", "--time=6000", "--partition=gpu", "--account=nmt", "--mem=32GB",
+                   "--cpus-per-task=8", "--job-name=nat_kd.teacher.big"]:
+        assert f"#SBATCH {option}" in block, option
+    assert "[prepare: 0 GPU, 4 CPU, 16 GB, 4 h]" in out and "#SBATCH --gpus-per-node" not in out.split("teacher.")[0]
+    assert not list((tmp_path / "paper" / "steps").glob("*.json"))  # nothing ran
+    cluster.write_text('[resources."teacher.huge"]\ngpus = 4\n')
+    assert main(["paper", "--launcher", "slurm", "--cluster", str(cluster), "--dry-run",
+                 "--out", str(tmp_path / "paper")]) == 2
+    assert "[resources.teacher.huge] is neither a step kind" in capsys.readouterr().err
+
+
+def test_a_profile_may_hold_the_launcher_tables(tmp_path):
+    from nat_kd.study import config as study_config
+
+    profile = tmp_path / "study.toml"
+    profile.write_text((ROOT / "nat_kd/study/profiles/micro.toml").read_text()
+                       + '\n[launcher]\npartition = "dev"\nmax_jobs = 3\n[resources.distil]\ngpus = 0\n')
+    cfg = study_config.load(profile)
+    assert (cfg.cluster.launcher.partition, cfg.cluster.launcher.max_jobs) == ("dev", 3)
+    assert cfg.cluster.resources == {"distil": {"gpus": 0}}
+    over = cfg.cluster.over(cluster_config({"launcher": {"account": "a"}, "resources": {"distil": {"hours": 2}}}))
+    assert (over.launcher.partition, over.launcher.account, over.launcher.max_jobs) == ("dev", "a", 3)
+    assert over.resources == {"distil": {"gpus": 0, "hours": 2}}
+    profile.write_text(profile.read_text() + "[launcher.extra]\n")
+    with pytest.raises(LaunchError, match=rf"{profile}: \[launcher\]: unknown key\(s\) extra"):
+        study_config.load(profile)
+
+
+def test_multi_gpu_training_asks_fairseq_for_its_own_data_parallel_training(tmp_path, monkeypatch):
+    from nat_kd.study import fairseq_jobs
+    from nat_kd.study.config import ModelShape, Training
+
+    commands = []
+    monkeypatch.setattr(fairseq_jobs, "run_logged", lambda module, args, *a, **k: commands.append(list(map(str, args))))
+    (tmp_path / "checkpoint_best.pt").touch()
+    for gpus in (0, 1, 4):
+        fairseq_jobs.train(tmp_path, tmp_path, arch="a", shape=ModelShape(8, 8, 1, 1), training=Training(updates=1),
+                           log=tmp_path / "log", threads=1, gpus=gpus)
+    assert ["--distributed-world-size" in c for c in commands] == [False, False, True]
+    assert commands[2][commands[2].index("--distributed-world-size") + 1] == "4"
+
+
+# ------------------------------------------------------------------ real steps: the micro profile's first ones
+
+MICRO_STEPS = ("prepare", "teacher.t1", "distil.t1.beam")
+# one CPU and no GPU a job, as the local runner's one torch thread a step: the same arithmetic, the same bytes
+ONE_CPU = ClusterConfig(LauncherSettings(poll_seconds=0.2),
+                        {kind: {"cpus": 1, "gpus": 0} for kind in ("prepare", "train", "distil")})
+
+
+def _micro_plan(out, data_dir):
+    from nat_kd.study import config as study_config
+    from nat_kd.study.plan import build_plan
+
+    return [s for s in build_plan(study_config.load("micro"), out / "results", data_dir) if s.name in MICRO_STEPS]
+
+
+def _products(out):
+    """The steps' data products, byte for byte: the teacher's test translations and the distilled set."""
+    work = out / "work"
+    files = [work / "teacher.t1" / "test.hyp", *sorted((work / "distil.t1.beam" / "data").rglob("*"))]
+    return {f.relative_to(work).as_posix(): f.read_bytes() for f in files
+            if f.is_file() and f.name not in ("meta.json", "card.json", "CARD.md")}  # these hold timings
+
+
+@pytest.fixture(scope="module")
+def micro_local(tmp_path_factory):
+    """prepare, the teacher t1 and its beam set of the micro profile, run by the local runner."""
+    from test_study import _small_multi30k
+
+    base = tmp_path_factory.mktemp("micro")
+    corpus = _small_multi30k(base / "multi30k")
+    out = base / "local"
+    records = Runner(out, jobs=1).run(_micro_plan(out, corpus))
+    return corpus, out, records
+
+
+def test_micro_steps_as_jobs_give_the_local_runners_bytes(micro_local, tmp_path):
+    import shutil
+
+    corpus, local, _ = micro_local
+    out = tmp_path / "jobs"
+    # the local run's prepare record, copied: the jobs take the study on from there, as they would a study
+    # that was started without them (the records are the one source of truth)
+    (out / "steps").mkdir(parents=True)
+    shutil.copyfile(local / "steps" / "prepare.json", out / "steps" / "prepare.json")
+    runner = Runner(out, launcher=JobLauncher(out, "submitit-local", ONE_CPU))
+    records = runner.run(_micro_plan(out, corpus))
+    assert runner.skipped == ["prepare"] and sorted(runner.ran) == ["distil.t1.beam", "teacher.t1"]
+    assert set(records) == set(MICRO_STEPS) and all(records[n]["launcher"]["job_id"] for n in runner.ran)
+    products = _products(out)
+    assert len(products) > 10 and products == _products(local)
+    assert "fairseq_cli.train" in (out / "logs" / "teacher.t1.log").read_text()  # the job's log, where it was
+
+
+def _generate(micro_local, out, *extra):
+    """The generator's command line as the study's distil step runs it, with ``extra`` options."""
+    from nat_kd.generate_distilled import main
+
+    _, local, records = micro_local
+    step = records["distil.t1.beam"]["settings"]
+    flags = [x for key, value in step["decoding"].items() for x in (f"--{key.replace('_', '-')}", str(value))]
+    return main(["--teacher-path", records["teacher.t1"]["result"]["checkpoint"],
+                 "--prepared", records["prepare"]["result"]["dir"], "--split", "train", "--strategy", "beam", *flags,
+                 "--max-tokens", str(step["max_tokens"]), "--workers", "1", "--threads", "1", "--no-progress-bar",
+                 "--out", str(out), *extra])
+
+
+def _set_bytes(folder):
+    return {f.relative_to(folder).as_posix(): f.read_bytes() for f in sorted(Path(folder).rglob("*"))
+            if f.is_file() and f.name not in ("meta.json", "card.json", "CARD.md")}
+
+
+def test_shards_as_a_job_array_give_the_unsharded_set_and_resume_from_saved_chunks(micro_local, tmp_path, capsys):
+    _, local, _ = micro_local
+    reference = _set_bytes(local / "work" / "distil.t1.beam" / "data")
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text("[launcher]\npoll_seconds = 0.2\n[resources.distil]\ngpus = 0\ncpus = 1\n")
+    out = tmp_path / "sharded"
+    shards = ["--num-shards", "2", "--chunk-sentences", "30", "--cluster", str(cluster)]
+    assert _generate(micro_local, out, "--num-shards", "2", "--launcher", "slurm", "--dry-run") == 0
+    printed = capsys.readouterr().out
+    assert "nat_kd.distil.sharded: an array of 2 shard job(s) [1 GPU, 8 CPU, 32 GB, 24 h each]" in printed
+    assert "#SBATCH --array=0-1%2" in printed and "#SBATCH --gpus-per-node=1" in printed
+    assert not out.exists() and not (tmp_path / "sharded.jobs").exists()  # a dry run submits and writes nothing
+    assert _generate(micro_local, out, *shards, "--launcher", "submitit-local") == 0
+    assert _set_bytes(out) == reference
+    assert len(list((tmp_path / "sharded.jobs").glob("*_submitted.pkl"))) == 2  # one job a shard
+    assert not (tmp_path / "sharded.partial").exists()  # merged by the last shard, progress removed
+    # shard 0 decoded here beforehand (a job that finished before its driver was stopped): only 1 goes out
+    out = tmp_path / "resumed"
+    _generate(micro_local, out, "--num-shards", "2", "--chunk-sentences", "30", "--shard-id", "0")
+    assert (tmp_path / "resumed.partial").is_dir() and not out.exists()
+    assert _generate(micro_local, out, *shards, "--launcher", "submitit-local") == 0
+    assert _set_bytes(out) == reference
+    assert len(list((tmp_path / "resumed.jobs").glob("*_submitted.pkl"))) == 1
+
+
+def test_a_shard_that_keeps_failing_is_resubmitted_then_reported_with_its_log(micro_local, tmp_path, capsys):
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text("[launcher]\npoll_seconds = 0.2\nmax_retries = 1\n[resources.distil]\ngpus = 0\ncpus = 1\n")
+    out = tmp_path / "bad"
+    # a batch smaller than the longest sentence: every try of the shard fails the same way, in its job
+    assert _generate(micro_local, out, "--num-shards", "1", "--launcher", "submitit-local", "--cluster", str(cluster),
+                     "--max-tokens", "4") == 2
+    err = capsys.readouterr().err
+    jobs = sorted(p.name.split("_")[0] for p in (tmp_path / "bad.jobs").glob("*_submitted.pkl"))
+    assert len(jobs) == 2  # submitted, then resubmitted once
+    assert f"shard 0 of {out} failed 2 time(s); the last: submitit-local job" in err
+    assert "SettingsError: --max-tokens 4 is smaller than the longest sentence" in err and "job stderr:" in err
