@@ -6,8 +6,10 @@ trained pass, whose loss covers only what it was not shown. The ratio of the dis
 over training.
 """
 import torch
+from fairseq.models.nat.nonautoregressive_transformer import NATransformerDecoder
 
-# GLAT's recipe anneals the ratio 0.5 -> 0.3 over its first 200k updates ("--glat-p 0.5:0.3@200k").
+# GLAT anneals the ratio 0.5 -> 0.3; fairseq-based glancing recipes spread it over 200k updates
+# ("--glat-p 0.5:0.3@200k"). Shorter trainings should pass their own --glance-anneal-updates.
 DEFAULT_ANNEAL_UPDATES = 200_000
 
 
@@ -44,3 +46,59 @@ def glancing_mask(candidates: torch.BoolTensor, num_glance: torch.LongTensor,
     scores = scores.masked_fill(~candidates, 2.0)
     ranks = scores.argsort(dim=1).argsort(dim=1)
     return candidates & (ranks < num_glance.to(candidates.device).unsqueeze(1))
+
+
+def add_glancing_args(parser) -> None:
+    """The model options of a glancing model (defaults come from its architecture)."""
+    parser.add_argument("--glance-start", type=float,
+                        help="glancing ratio at update 0 (0 turns glancing off)")
+    parser.add_argument("--glance-end", type=float, help="glancing ratio once annealed")
+    parser.add_argument("--glance-anneal-updates", type=int,
+                        help="updates over which the ratio goes linearly from start to end")
+
+
+def glancing_defaults(args, start: float, end: float) -> None:
+    args.glance_start = getattr(args, "glance_start", start)
+    args.glance_end = getattr(args, "glance_end", end)
+    args.glance_anneal_updates = getattr(args, "glance_anneal_updates", DEFAULT_ANNEAL_UPDATES)
+
+
+class Glancing:
+    """Mixin for a FairseqNATModel with the glancing options: the ratio of the current update.
+
+    fairseq hands the update number to models through ``set_num_updates`` (translation_lev's own train_step
+    does not: train with the plugin's ``kd_translation_lev`` task, see fairseq_plugins/tasks.py).
+    """
+
+    num_updates = 0
+
+    def set_num_updates(self, num_updates):
+        self.num_updates = num_updates
+        super().set_num_updates(num_updates)
+
+    def current_glance_ratio(self) -> float:
+        """The training ratio of this update; 0 outside training (validation loss and decoding glance at nothing)."""
+        if not self.training:
+            return 0.0
+        return glance_ratio(self.num_updates, self.args.glance_start, self.args.glance_end,
+                            self.args.glance_anneal_updates)
+
+
+class GlancingDecoder(NATransformerDecoder):
+    """A NAT decoder whose inputs are the source embeddings copied uniformly to the output length, except at
+    positions holding a real token (a glanced reference token, or ``<s>``/``</s>`` framing the length): those
+    get that token's embedding. Unknown (``<unk>``) positions are the ones to predict.
+    """
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.src_embedding_copy = True  # glancing replaces copied source embeddings: the copy is not optional
+
+    def forward_embedding(self, prev_output_tokens, states=None):
+        if states is not None:
+            embedded = self.embed_scale * self.embed_tokens(prev_output_tokens)
+            if self.project_in_dim is not None:
+                embedded = self.project_in_dim(embedded)
+            copied = prev_output_tokens.eq(self.unk) | prev_output_tokens.eq(self.padding_idx)
+            states = torch.where(copied.unsqueeze(-1), states, embedded)
+        return super().forward_embedding(prev_output_tokens, states)
