@@ -88,7 +88,8 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
     """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
     validation loss: the study selects on the validation set)."""
     if nat_family:
-        task = ["--task", "translation_lev", "--criterion", "nat_loss", *STUDENT_FAMILIES[nat_family].train_flags]
+        family = STUDENT_FAMILIES[nat_family]
+        task = ["--task", family.task, "--criterion", "nat_loss", *family.train_flags]
     else:
         task = ["--task", "translation", "--criterion", "label_smoothed_cross_entropy"]
     validate = ["--validate-interval-updates", training.validate_every] if training.validate_every else []
@@ -115,7 +116,8 @@ def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: i
     """fairseq-generate ``split``; writes the hypotheses (in corpus order), detokenized by ``tokenization`` as
     the corpus was tokenized, to ``out``."""
     if nat_family:
-        task = ["--task", "translation_lev", *STUDENT_FAMILIES[nat_family].decode_flags, "--beam", 1]
+        family = STUDENT_FAMILIES[nat_family]
+        task = ["--task", family.task, *family.decode_flags, "--beam", 1]
     else:
         task = ["--task", "translation", "--beam", beam, "--max-len-a", max_len_a, "--max-len-b", max_len_b]
     raw = out.with_suffix(".generate.txt")
