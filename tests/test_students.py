@@ -278,3 +278,24 @@ def test_new_student_family_learns(family, tiny_en_de, tmp_path):
     losses = [float(x) for x in LOSS.findall(log)]
     assert len(losses) == 10
     assert sum(losses[-3:]) < 0.9 * sum(losses[:3]), losses
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_ctc_alignment_loss_and_glancing_models_run_on_cuda():
+    log_probs, input_lengths, targets, target_lengths = batch_of(CASES, seed=4)
+    on_cpu = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, BLANK)
+    cuda = [x.cuda() for x in (log_probs, input_lengths, targets, target_lengths)]
+    on_cuda = ctc_best_alignment(*cuda, BLANK)
+    assert torch.equal(on_cpu[0], on_cuda[0].cpu())
+    torch.testing.assert_close(on_cpu[1], on_cuda[1].cpu())
+    torch.testing.assert_close(ctc_nll(log_probs, input_lengths, targets, target_lengths, BLANK),
+                               ctc_nll(*cuda, BLANK).cpu())
+    for arch in ("kd_glat_tiny", "kd_glat_ctc_tiny", "kd_nacrf_tiny"):
+        torch.manual_seed(0)
+        model = build_model(arch, 100, **MICRO).cuda().train()  # 100 > the CRF beam of 64
+        src, src_lengths, prev, tgt = (x.cuda() for x in micro_batch(model))
+        out = model(src, src_lengths, prev, tgt)
+        loss = sum(v["loss"] for v in out.values() if "loss" in v) + sum(
+            v["out"].float().logsumexp(-1).mean() for v in out.values() if "out" in v)
+        loss.backward()
+        assert torch.isfinite(loss)

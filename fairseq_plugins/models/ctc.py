@@ -9,10 +9,11 @@ The blank is ``<s>`` (index 0 of fairseq dictionaries): it never occurs inside a
 only prepends it, and the CTC reference leaves it out), so the joined dictionary, and the embedding matrix
 every other family shares with the teacher, stay as they are.
 
-Glancing (Gu & Kong's recipe, the ``glat_ctc`` family): the first pass's best (Viterbi) alignment of the
-reference is its target sequence over the upsampled positions; ``glance_count`` of the Hamming distance
-between that and the argmax are revealed, and the trained pass's CTC loss counts only the alignments that
-agree with what was revealed, whose positions carry no loss (they are pinned to their revealed label).
+Glancing (CTC with GLAT as Gu & Kong combine them, the ``glat_ctc`` family): the first pass's best (Viterbi)
+alignment of the reference is its target sequence over the upsampled positions; ``glance_count`` of the
+Hamming distance between that and the argmax are revealed at random. As GLAT's loss leaves out what it
+revealed, the trained pass's CTC loss counts only the alignments that agree with the revealed labels, and
+the revealed positions add neither probability nor gradient (they are pinned to their label).
 """
 import torch
 import torch.nn.functional as F

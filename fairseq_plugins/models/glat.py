@@ -35,8 +35,8 @@ class GLATModel(Glancing, NATransformerModel):
         length_tgt = self.decoder.forward_length_prediction(length_out, encoder_out, tgt_tokens)
 
         glanced = self.glance(prev_output_tokens, tgt_tokens, encoder_out)
-        word_ins_out = self.decoder(normalize=False, prev_output_tokens=torch.where(glanced, tgt_tokens, prev_output_tokens),
-                                    encoder_out=encoder_out)
+        inputs = torch.where(glanced, tgt_tokens, prev_output_tokens)
+        word_ins_out = self.decoder(normalize=False, prev_output_tokens=inputs, encoder_out=encoder_out)
         return {
             "word_ins": {
                 "out": word_ins_out,
