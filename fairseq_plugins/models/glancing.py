@@ -4,6 +4,10 @@ During training a first decoder pass without gradients measures how far the mode
 (the Hamming distance); the worse it is, the more reference tokens are revealed ("glanced") to the second,
 trained pass, whose loss covers only what it was not shown. The ratio of the distance revealed is annealed
 over training.
+
+The tensor functions (ratio, count, mask) serve any model; ``Glancing`` (the ratio of the current update),
+the option helpers and ``GlancingDecoder`` (revealed tokens embedded, copied source elsewhere) serve the
+models built on fairseq's vanilla NAT (GLAT, CTC).
 """
 import torch
 from fairseq.models.nat.nonautoregressive_transformer import NATransformerDecoder
