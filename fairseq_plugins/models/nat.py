@@ -16,6 +16,7 @@ from fairseq.models.nat.nat_crf_transformer import nacrf_base_architecture
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
 
 from .ctc import ctc_base_architecture, glat_ctc_base_architecture
+from .dat import dat_base_architecture
 from .glat import glat_base_architecture
 from .nacrf import NACRFModel  # noqa: F401  (registers fairseq model "nacrf")
 from .sizes import SIZES, sized_architecture
@@ -90,6 +91,16 @@ STUDENT_FAMILIES = {
         "nacrf", nacrf_base_architecture,
         ("--noise", "full_mask", "--pred-length-offset", "--length-loss-factor", "0.1"),
         ("--iter-decode-max-iter", "0"),
+    ),
+    # DA-Transformer (Huang et al. 2022): a graph of upsample-scale x source-length vertices, trained on all
+    # the reference's paths with glancing, one lookahead pass. Scale 4 instead of the paper's 8: the links,
+    # their dynamic programmes and the decoder's self-attention grow with L^2 (CPU time), and Multi30k's
+    # references fit with room to spare (en-de: at most 2.4x their source's tokens, none left out).
+    "dat": StudentFamily(
+        "dat", dat_base_architecture,
+        ("--noise", "no_noise", "--upsample-scale", "4"),
+        ("--iter-decode-max-iter", "0"),
+        task="kd_translation_lev",
     ),
 }
 
