@@ -115,6 +115,17 @@ def test_decoding_follows_the_hand_computed_path(lookahead, expected, probabilit
     assert torch.allclose(scores.exp(), torch.tensor(probabilities), atol=1e-6)
 
 
+def test_vertices_copy_each_source_token_equally_from_left_or_right_padded_sources():
+    from fairseq_plugins.models.dat import DATransformerDecoder
+
+    src_embeds = torch.arange(2 * 5, dtype=torch.float).view(2, 5, 1)  # the embedding is its flat position
+    src_masks = torch.tensor([[False, False, True, True, True], [True, True, False, False, False]])
+    tgt_masks = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    copied = DATransformerDecoder.forward_copying_source(None, src_embeds, src_masks, tgt_masks)
+    # 6 vertices over source positions 2..4; 4 vertices over 0..1 (padding vertices read position 0)
+    assert copied.squeeze(-1).tolist() == [[2, 2, 3, 3, 4, 4], [5, 5, 6, 6, 5, 5]]
+
+
 def test_glancing_reveals_the_count_of_mistakes_along_the_best_path():
     vertices = vertex_tokens(torch.tensor([10, 6]), UNK, PAD)
     target = torch.tensor([[10, 11, 12, 13, 14], [20, 21, 22, PAD, PAD]])

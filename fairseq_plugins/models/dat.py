@@ -1,6 +1,6 @@
 """The Directed Acyclic Transformer (DA-Transformer; Huang et al., ICML 2022), fairseq model ``dat``.
 
-The decoder does not predict a length: it has L = upsample_scale x source-length vertices, each with a token
+The decoder does not predict a length: it has L = upsample_factor x source-length vertices, each with a token
 distribution, and links (transition probabilities) from every vertex to every later one. A translation is a
 path from vertex 0 to vertex L-1 emitting one token per visited vertex, so the graph holds many translations
 at once and the model never has to commit to one token per fixed position. Training maximises the
@@ -10,7 +10,7 @@ from vertex 0 (greedy or lookahead), in one pass.
 
 Targets include fairseq's <s> and </s> (``translation_lev`` adds them), so vertex 0 learns <s> and the last
 vertex </s>. A reference longer than its graph has no path: such sentences are left out of the loss (the
-paper filters them from the corpus); ``--upsample-scale`` is what keeps them rare.
+paper filters them from the corpus); ``--upsample-factor`` is what keeps them rare.
 """
 import math
 
@@ -31,9 +31,9 @@ LOG_ZERO = -1e9
 DECODING_STRATEGIES = ("lookahead", "greedy")
 
 
-def graph_lengths(src_tokens: torch.LongTensor, pad: int, upsample_scale: float) -> torch.LongTensor:
-    """Vertices per sentence: ``upsample_scale`` x the source length (<s> and </s> included), at least 2."""
-    return (src_tokens.ne(pad).sum(1).double() * upsample_scale).long().clamp(min=2)
+def graph_lengths(src_tokens: torch.LongTensor, pad: int, upsample_factor: int) -> torch.LongTensor:
+    """Vertices per sentence: ``upsample_factor`` x the source length (<s> and </s> included)."""
+    return src_tokens.ne(pad).sum(1) * upsample_factor
 
 
 def vertex_tokens(lengths: torch.LongTensor, unk: int, pad: int) -> torch.LongTensor:
@@ -159,7 +159,7 @@ class DATransformerModel(Glancing, FairseqNATModel):
     @staticmethod
     def add_args(parser):
         FairseqNATModel.add_args(parser)
-        parser.add_argument("--upsample-scale", type=float, metavar="S",
+        parser.add_argument("--upsample-factor", type=int,
                             help="graph vertices per source token (default 8, as the paper)")
         add_glancing_args(parser)
         parser.add_argument("--dat-decoding", choices=DECODING_STRATEGIES,
@@ -175,7 +175,7 @@ class DATransformerModel(Glancing, FairseqNATModel):
         return DATransformerDecoder(args, tgt_dict, embed_tokens)
 
     def graph_inputs(self, src_tokens):
-        return vertex_tokens(graph_lengths(src_tokens, self.pad, self.args.upsample_scale), self.unk, self.pad)
+        return vertex_tokens(graph_lengths(src_tokens, self.pad, self.args.upsample_factor), self.unk, self.pad)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
@@ -255,7 +255,7 @@ def dat_base_architecture(args):
     # the paper anneals the glancing ratio 0.5 -> 0.1 (over 200k updates)
     glancing_defaults(args, start=0.5, end=0.1)
     nat_base_architecture(args)
-    args.upsample_scale = getattr(args, "upsample_scale", 8.0)
+    args.upsample_factor = getattr(args, "upsample_factor", 8)
     args.dat_decoding = getattr(args, "dat_decoding", "lookahead")
 
 

@@ -92,13 +92,13 @@ STUDENT_FAMILIES = {
         ("--noise", "full_mask", "--pred-length-offset", "--length-loss-factor", "0.1"),
         ("--iter-decode-max-iter", "0"),
     ),
-    # DA-Transformer (Huang et al. 2022): a graph of upsample-scale x source-length vertices, trained on all
-    # the reference's paths with glancing, one lookahead pass. Scale 4 instead of the paper's 8: the links,
+    # DA-Transformer (Huang et al. 2022): a graph of upsample-factor x source-length vertices, trained on all
+    # the reference's paths with glancing, one lookahead pass. Factor 4 instead of the paper's 8: the links,
     # their dynamic programmes and the decoder's self-attention grow with L^2 (CPU time), and Multi30k's
     # references fit with room to spare (en-de: at most 2.4x their source's tokens, none left out).
     "dat": StudentFamily(
         "dat", dat_base_architecture,
-        ("--noise", "no_noise", "--upsample-scale", "4"),
+        ("--noise", "no_noise", "--upsample-factor", "4"),
         ("--iter-decode-max-iter", "0"),
         task="kd_translation_lev",
     ),
