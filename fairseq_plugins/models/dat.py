@@ -20,6 +20,7 @@ from fairseq.iterative_refinement_generator import DecoderOut
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.nat import FairseqNATModel
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from torch import nn
 
 from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
@@ -172,7 +173,10 @@ class DATransformerModel(Glancing, FairseqNATModel):
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return DATransformerDecoder(args, tgt_dict, embed_tokens)
+        decoder = DATransformerDecoder(args, tgt_dict, embed_tokens)
+        if getattr(args, "apply_bert_init", False):
+            decoder.apply(init_bert_params)
+        return decoder
 
     def graph_inputs(self, src_tokens):
         return vertex_tokens(graph_lengths(src_tokens, self.pad, self.args.upsample_factor), self.unk, self.pad)
