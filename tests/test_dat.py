@@ -174,6 +174,15 @@ def test_a_reference_longer_than_its_graph_is_left_out_of_the_loss():
 
     assert loss([0, 1], [fits, too_long]) == pytest.approx(loss([0], [fits[:5]]), rel=1e-5)
     assert loss([1], [too_long]) == 0.0
+    # and the loss of a sentence is -log P(y | x) per reference token
+    with torch.no_grad():
+        vertices = model.graph_inputs(src[:1])
+        token_log_probs, links = model.decoder.forward_graph(model.encoder(src[:1], src_lengths=torch.tensor([4])),
+                                                             vertices)
+        target = torch.tensor([fits[:5]])
+        log_p = dag_log_likelihood(target_emissions(token_log_probs, target), links, torch.tensor([5]),
+                                   torch.tensor([8]))
+    assert loss([0], [fits[:5]]) == pytest.approx(-float(log_p) / 5, rel=1e-5)
 
 
 def epoch_losses(log: str) -> list[float]:
