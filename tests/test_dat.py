@@ -84,6 +84,18 @@ def test_best_path_is_the_most_probable_path(target_lengths, graph_lengths):
         assert (ours[b, t:] == 0).all()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_dynamic_programmes_and_decoding_agree_on_cuda():
+    token_log_probs, links, target, t_len, g_len = random_graphs(*CASES[1], seed=2)
+    cpu = (target_emissions(token_log_probs, target), links, t_len, g_len)
+    cuda = tuple(x.cuda() for x in cpu)
+    assert torch.allclose(dag_log_likelihood(*cuda).cpu(), dag_log_likelihood(*cpu), atol=1e-5)
+    assert dag_best_path(*cuda).cpu().equal(dag_best_path(*cpu))
+    for lookahead in (False, True):
+        tokens, _ = dag_decode(token_log_probs.cuda(), links.cuda(), g_len.cuda(), lookahead, PAD)
+        assert tokens.cpu().equal(dag_decode(token_log_probs, links, g_len, lookahead, PAD)[0])
+
+
 def hand_made_graphs():
     """Two graphs (4 vertices; 3 and a padding vertex) over tokens 4..7, as probabilities."""
     tokens = torch.full((2, 4, 8), 1e-9)
