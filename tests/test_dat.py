@@ -10,8 +10,9 @@ from conftest import MICRO_MODEL, run_fairseq
 from test_fairseq_training import COMMON, TRAIN_SENTENCES, hypotheses
 
 from fairseq_plugins.models.dat import (LOG_ZERO, dag_best_path, dag_decode, dag_log_likelihood, glance_vertices,
-                                        link_log_probs, target_emissions, vertex_tokens)
+                                        link_log_probs, target_emissions)
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
+from fairseq_plugins.models.upsampling import upsampled_inputs
 
 UNK, PAD = 3, 1
 MICRO_DIMS = dict(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
@@ -130,19 +131,8 @@ def test_decoding_follows_the_hand_computed_path(lookahead, expected, probabilit
     assert torch.allclose(scores.exp(), torch.tensor(probabilities), atol=1e-6)
 
 
-def test_vertices_copy_each_source_token_equally_from_left_or_right_padded_sources():
-    from fairseq_plugins.models.dat import DATransformerDecoder
-
-    src_embeds = torch.arange(2 * 5, dtype=torch.float).view(2, 5, 1)  # the embedding is its flat position
-    src_masks = torch.tensor([[False, False, True, True, True], [True, True, False, False, False]])
-    tgt_masks = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
-    copied = DATransformerDecoder.forward_copying_source(None, src_embeds, src_masks, tgt_masks)
-    # 6 vertices over source positions 2..4; 4 vertices over 0..1 (padding vertices read position 0)
-    assert copied.squeeze(-1).tolist() == [[2, 2, 3, 3, 4, 4], [5, 5, 6, 6, 5, 5]]
-
-
 def test_glancing_reveals_the_count_of_mistakes_along_the_best_path():
-    vertices = vertex_tokens(torch.tensor([10, 6]), UNK, PAD)
+    vertices = torch.tensor([[UNK] * 10, [UNK] * 6 + [PAD] * 4])
     target = torch.tensor([[10, 11, 12, 13, 14], [20, 21, 22, PAD, PAD]])
     target_lengths = torch.tensor([5, 3])
     path = torch.tensor([[0, 2, 5, 7, 9], [0, 3, 5, 0, 0]])
@@ -188,7 +178,7 @@ def test_a_reference_longer_than_its_graph_is_left_out_of_the_loss():
     assert loss([1], [too_long]) == 0.0
     # and the loss of a sentence is -log P(y | x) per reference token
     with torch.no_grad():
-        vertices = model.graph_inputs(src[:1])
+        vertices = upsampled_inputs(src[:1], model.args.upsample_factor, model.unk, model.pad)
         token_log_probs, links = model.decoder.forward_graph(model.encoder(src[:1], src_lengths=torch.tensor([4])),
                                                              vertices)
         target = torch.tensor([fits[:5]])

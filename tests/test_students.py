@@ -17,6 +17,7 @@ from fairseq_plugins.models.ctc import ctc_best_alignment, ctc_collapse, ctc_nll
 from fairseq_plugins.models.glancing import glance_count
 from fairseq_plugins.models.nacrf import BeamForcedCRF
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
+from fairseq_plugins.models.upsampling import upsampled_inputs
 
 BLANK = 0
 
@@ -120,15 +121,27 @@ MICRO = dict(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_e
              decoder_attention_heads=2, dropout=0.0, label_smoothing=0.0, glance_anneal_updates=200)
 
 
+def rotate_rows(tokens, shifts):
+    """Each row rotated right by its shift ([B, 1]): a right-padded row's padding moves to its front."""
+    width = tokens.size(1)
+    return tokens.gather(1, (torch.arange(width)[None, :] - shifts) % width)
+
+
 def micro_batch(model, seed=0):
-    """Random sentences over the micro vocabulary, framed as translation_lev frames them."""
+    """Random sentence pairs over the micro vocabulary, framed and padded as translation_lev does: sources
+    end with </s> and are padded on the left, targets are <s> ... </s> padded on the right."""
     g = torch.Generator().manual_seed(seed)
     d = model.tgt_dict
-    words = torch.randint(d.nspecial, len(d), (4, 9), generator=g)
     lengths = torch.tensor([9, 7, 5, 8])
-    src = words.masked_fill(torch.arange(9) >= lengths.unsqueeze(1), d.pad())
-    src = torch.cat([src, torch.full((4, 1), d.pad())], 1).scatter(1, lengths.unsqueeze(1), d.eos())
-    tgt = torch.cat([torch.full((4, 1), d.bos()), src], 1)
+
+    def sentences():  # right-padded, ending with </s>
+        words = torch.randint(d.nspecial, len(d), (4, 9), generator=g)
+        words = words.masked_fill(torch.arange(9) >= lengths.unsqueeze(1), d.pad())
+        return torch.cat([words, torch.full((4, 1), d.pad())], 1).scatter(1, lengths.unsqueeze(1), d.eos())
+
+    src = sentences()
+    src = rotate_rows(src, src.eq(d.pad()).sum(1, keepdim=True))
+    tgt = torch.cat([torch.full((4, 1), d.bos()), sentences()], 1)
     prev = tgt.masked_fill(tgt.ne(d.bos()) & tgt.ne(d.eos()) & tgt.ne(d.pad()), d.unk())  # full_mask
     return src, lengths + 1, prev, tgt
 
@@ -172,13 +185,57 @@ def test_glancing_embeds_revealed_tokens_and_copies_the_source_elsewhere():
     assert torch.allclose(x[0, 3], copied[0, 3] + positions[0, 3])
 
 
+# the decoders built on GlancingDecoder, which copies the source
+COPYING_ARCHS = ["kd_glat_tiny", "kd_ctc_tiny", "kd_dat_tiny"]
+
+
+@pytest.mark.parametrize("arch", COPYING_ARCHS)
+def test_decoder_copies_only_the_real_source_tokens_uniformly_from_left_or_right_padded_sources(arch):
+    decoder = build_model(arch, 40, **MICRO).decoder
+    src_embeds = torch.arange(3 * 5, dtype=torch.float).view(3, 5, 1)  # the embedding is its flat position
+    src_masks = torch.tensor([[False, False, True, True, True],  # left-padded, as translation_lev pads
+                              [True, True, False, False, False],
+                              [True] * 5])
+    tgt_masks = torch.tensor([[True] * 6, [True] * 4 + [False] * 2, [True] * 3 + [False] * 3])
+    copied = decoder.forward_copying_source(src_embeds, src_masks, tgt_masks)
+    # floor(t x S / T) counted from the first real token: 6 positions over 3 tokens at 2..4, 4 over 2 at 5..6,
+    # 3 over 5 at 10..14 (t x 5 / 3 = 0, 1.67, 3.33); padding positions read column 0 of their row
+    assert copied.squeeze(-1).tolist() == [[2, 2, 3, 3, 4, 4], [5, 5, 6, 6, 5, 5], [10, 11, 13, 10, 10, 10]]
+
+
+@pytest.mark.parametrize("arch", COPYING_ARCHS)
+def test_decoder_reads_a_sentence_the_same_whichever_side_its_source_is_padded_on(arch):
+    torch.manual_seed(0)
+    model = build_model(arch, 40, **MICRO).eval()
+    left, src_lengths, prev, _ = micro_batch(model)
+    pads = left.eq(model.pad).sum(1, keepdim=True)
+    right = rotate_rows(left, -pads)
+    assert left[:, -1].eq(model.eos).all() and pads.sum() > 0 and right[:, 0].ne(model.pad).all()
+
+    def features(src):
+        with torch.no_grad():
+            encoder_out = model.encoder(src, src_lengths=src_lengths)
+            return model.decoder.extract_features(prev, encoder_out=encoder_out, embedding_copy=True)[0]
+
+    real = prev.ne(model.pad)
+    torch.testing.assert_close(features(left)[real], features(right)[real], rtol=1e-5, atol=1e-5)
+
+
+def test_upsampled_inputs_are_unk_at_factor_x_the_real_source_tokens_then_padding():
+    unk, pad, eos = 3, 1, 2
+    src = torch.tensor([[pad, pad, 7, 8, eos], [7, 8, 9, 10, eos], [7, eos, pad, pad, pad]])
+    assert upsampled_inputs(src, 2, unk, pad).tolist() == [[unk] * 6 + [pad] * 4, [unk] * 10,
+                                                          [unk] * 4 + [pad] * 6]
+    assert upsampled_inputs(src[2:], 3, unk, pad).tolist() == [[unk] * 6]
+
+
 def test_ctc_glancing_reveals_glance_count_of_the_distance_to_the_best_alignment():
     torch.manual_seed(0)
     model = build_model("kd_glat_ctc_tiny", 40, **MICRO)
     model.train()
     model.set_num_updates(0)
     src, src_lengths, _, tgt = micro_batch(model)
-    inputs = model.upsampled_inputs(src)
+    inputs = upsampled_inputs(src, model.args.upsample_factor, model.unk, model.pad)
     assert inputs.ne(model.pad).sum(1).tolist() == (2 * src_lengths).tolist()  # upsampled x2
     input_lengths = inputs.ne(model.pad).sum(1)
     targets = tgt[:, 1:].masked_fill(tgt[:, 1:].eq(model.eos), model.pad)

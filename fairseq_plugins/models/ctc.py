@@ -17,7 +17,6 @@ the revealed positions add neither probability nor gradient (they are pinned to 
 """
 import torch
 import torch.nn.functional as F
-from fairseq import utils
 from fairseq.iterative_refinement_generator import DecoderOut
 from fairseq.models import register_model
 from fairseq.models.nat.nonautoregressive_transformer import NATransformerModel
@@ -25,6 +24,7 @@ from fairseq.models.nat.nonautoregressive_transformer import base_architecture a
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
 from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
+from .upsampling import upsampled_inputs
 
 
 def ctc_nll(log_probs, input_lengths, targets, target_lengths, blank: int, pinned=None, pinned_tokens=None):
@@ -125,16 +125,9 @@ class CTCNATModel(Glancing, NATransformerModel):
             decoder.apply(init_bert_params)
         return decoder
 
-    def upsampled_inputs(self, src_tokens):
-        """Decoder inputs: ``<unk>`` (to predict) at factor x source length positions, padding after."""
-        lengths = src_tokens.ne(self.pad).sum(1) * self.args.upsample_factor
-        positions = utils.new_arange(src_tokens, int(lengths.max()))
-        return src_tokens.new_full((src_tokens.size(0), positions.size(0)), self.unk).masked_fill_(
-            positions.unsqueeze(0) >= lengths.unsqueeze(1), self.pad)
-
     def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
-        inputs = self.upsampled_inputs(src_tokens)
+        inputs = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
         input_lengths = inputs.ne(self.pad).sum(1)
         # the reference without its <s> ... </s> frame
         targets = tgt_tokens[:, 1:].masked_fill(tgt_tokens[:, 1:].eq(self.eos), self.pad)
@@ -165,7 +158,7 @@ class CTCNATModel(Glancing, NATransformerModel):
             return glancing_mask(candidates, glance_count(hamming, ratio)), aligned
 
     def initialize_output_tokens(self, encoder_out, src_tokens):
-        tokens = self.upsampled_inputs(src_tokens)
+        tokens = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
         return DecoderOut(output_tokens=tokens, output_scores=torch.zeros_like(tokens, dtype=torch.float),
                           attn=None, step=0, max_step=0, history=None)
 

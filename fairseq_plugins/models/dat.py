@@ -24,24 +24,13 @@ from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from torch import nn
 
 from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
+from .upsampling import upsampled_inputs
 
 # A finite log(0) for forbidden links and unreachable cells: -inf would turn into NaN in the sums and
 # differences of the dynamic programmes (-inf - -inf), and their gradients.
 LOG_ZERO = -1e9
 
 DECODING_STRATEGIES = ("lookahead", "greedy")
-
-
-def graph_lengths(src_tokens: torch.LongTensor, pad: int, upsample_factor: int) -> torch.LongTensor:
-    """Vertices per sentence: ``upsample_factor`` x the source length (<s> and </s> included)."""
-    return src_tokens.ne(pad).sum(1) * upsample_factor
-
-
-def vertex_tokens(lengths: torch.LongTensor, unk: int, pad: int) -> torch.LongTensor:
-    """The decoder's input row of each graph: <unk> at its vertices, padding after them."""
-    positions = torch.arange(int(lengths.max()), device=lengths.device)
-    tokens = torch.full((lengths.size(0), positions.size(0)), pad, dtype=torch.long, device=lengths.device)
-    return tokens.masked_fill(positions[None, :] < lengths[:, None], unk)
 
 
 def link_log_probs(query: torch.Tensor, key: torch.Tensor, vertex_mask: torch.BoolTensor) -> torch.Tensor:
@@ -178,12 +167,9 @@ class DATransformerModel(Glancing, FairseqNATModel):
             decoder.apply(init_bert_params)
         return decoder
 
-    def graph_inputs(self, src_tokens):
-        return vertex_tokens(graph_lengths(src_tokens, self.pad, self.args.upsample_factor), self.unk, self.pad)
-
     def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
-        vertices = self.graph_inputs(src_tokens)
+        vertices = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
         lengths = vertices.ne(self.pad).sum(1)
         target_lengths = tgt_tokens.ne(self.pad).sum(1)
         ratio = self.current_glance_ratio()
@@ -205,7 +191,7 @@ class DATransformerModel(Glancing, FairseqNATModel):
         return {"dag": {"loss": loss, "factor": 1.0}}
 
     def initialize_output_tokens(self, encoder_out, src_tokens):
-        vertices = self.graph_inputs(src_tokens)
+        vertices = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
         return DecoderOut(output_tokens=vertices,
                           output_scores=vertices.new_zeros(vertices.size(), dtype=torch.float),
                           attn=None, step=0, max_step=0, history=None)
@@ -241,18 +227,6 @@ class DATransformerDecoder(GlancingDecoder):
         token_log_probs = F.log_softmax(self.output_layer(features).float(), dim=-1)
         links = link_log_probs(self.link_query(features), self.link_key(features), vertices.ne(self.padding_idx))
         return token_log_probs, links
-
-    def forward_copying_source(self, src_embeds, src_masks, tgt_masks):
-        """Vertex v of a graph of L vertices takes the embedding of source token floor(v x S / L), so each
-        source token feeds L / S consecutive vertices. Counted from the first real source token: fairseq's
-        own mapping counts from column 0, which holds padding when sources are left-padded (the default)."""
-        src_lengths, lengths = src_masks.sum(1), tgt_masks.sum(1)
-        first = src_masks.long().argmax(1)  # the first True of each row
-        vertex = torch.arange(tgt_masks.size(1), device=tgt_masks.device)
-        index = first[:, None] + torch.div(vertex[None, :] * src_lengths[:, None], lengths[:, None],
-                                           rounding_mode="floor")
-        index = index.masked_fill(~tgt_masks, 0)
-        return src_embeds.gather(1, index[:, :, None].expand(-1, -1, src_embeds.size(-1)))
 
 
 def dat_base_architecture(args):

@@ -6,8 +6,8 @@ trained pass, whose loss covers only what it was not shown. The ratio of the dis
 over training.
 
 The tensor functions (ratio, count, mask) serve any model; ``Glancing`` (the ratio of the current update),
-the option helpers and ``GlancingDecoder`` (revealed tokens embedded, copied source elsewhere) serve the
-models built on fairseq's vanilla NAT (GLAT, CTC).
+the option helpers and ``GlancingDecoder`` (revealed tokens embedded, the source copied uniformly elsewhere)
+serve GLAT, CTC and the DA-Transformer.
 """
 import torch
 from fairseq.models.nat.nonautoregressive_transformer import NATransformerDecoder
@@ -92,6 +92,8 @@ class GlancingDecoder(NATransformerDecoder):
     """A NAT decoder whose inputs are the source embeddings copied uniformly to the output length, except at
     positions holding a real token (a glanced reference token, or ``<s>``/``</s>`` framing the length): those
     get that token's embedding. Unknown (``<unk>``) positions are the ones to predict.
+
+    The decoder of GLAT, CTC NAT and the DA-Transformer.
     """
 
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
@@ -106,3 +108,18 @@ class GlancingDecoder(NATransformerDecoder):
             copied = prev_output_tokens.eq(self.unk) | prev_output_tokens.eq(self.padding_idx)
             states = torch.where(copied.unsqueeze(-1), states, embedded)
         return super().forward_embedding(prev_output_tokens, states)
+
+    def forward_copying_source(self, src_embeds, src_masks, tgt_masks):
+        """Position t of a row of T positions takes the embedding of real source token floor(t x S / T), S the
+        source's real tokens: when T is a multiple of S (the upsampled rows of CTC and the DA-Transformer) each
+        source token feeds exactly T / S consecutive positions, which fairseq's rounded steps do not give.
+        Counted from the first real source token: fairseq's own mapping counts from column 0, which holds
+        padding when sources are left-padded (translation_lev's default), so it would copy padding and never
+        reach the last real tokens. Padding positions read column 0."""
+        src_lengths, lengths = src_masks.sum(1), tgt_masks.sum(1)
+        first = src_masks.long().argmax(1)  # the first True of each row
+        position = torch.arange(tgt_masks.size(1), device=tgt_masks.device)
+        index = first[:, None] + torch.div(position[None, :] * src_lengths[:, None], lengths[:, None],
+                                           rounding_mode="floor")
+        index = index.masked_fill(~tgt_masks, 0)
+        return src_embeds.gather(1, index[:, :, None].expand(-1, -1, src_embeds.size(-1)))
