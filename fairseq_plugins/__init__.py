@@ -6,4 +6,4 @@ The plugin stands alone: it never imports nat_kd (nat_kd uses it, not the other 
 """
 from . import checkpoint_safety  # noqa: F401  (must run before any checkpoint is loaded)
 from .models import nat, transformer  # noqa: F401
-from . import criterions  # noqa: F401
+from . import criterions, tasks  # noqa: F401

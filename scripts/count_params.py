@@ -25,7 +25,8 @@ def main():
     print("|---|---:|---:|---|")
     rows = [(arch, TRANSFORMER_FLAGS) for arch in TRANSFORMER_ARCHS]
     for arch, (family, _) in STUDENT_ARCHS.items():
-        flags = " ".join(("--task translation_lev --criterion nat_loss", *STUDENT_FAMILIES[family].train_flags))
+        spec = STUDENT_FAMILIES[family]
+        flags = " ".join((f"--task {spec.task} --criterion nat_loss", *spec.train_flags))
         rows.append((arch, flags))
     for arch, flags in rows:
         small, big = count_parameters(arch, args.multi30k_vocab), count_parameters(arch, 40000)

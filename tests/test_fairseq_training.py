@@ -42,7 +42,7 @@ def test_teacher_trains_and_decodes_every_sentence(tiny_en_de, tmp_path):
 def test_student_trains_and_decodes_every_sentence(family, tiny_en_de, tmp_path):
     spec = STUDENT_FAMILIES[family]
     hyps = train_and_decode(tiny_en_de / "bin", tmp_path / family, f"kd_{family}_tiny",
-                            ("--task", "translation_lev", "--criterion", "nat_loss", *spec.train_flags),
+                            ("--task", spec.task, "--criterion", "nat_loss", *spec.train_flags),
                             spec.decode_flags)
     assert sorted(hyps) == list(range(TRAIN_SENTENCES))
 

@@ -1,8 +1,9 @@
-"""NAT students ``kd_{nat,inat,inst,cmlm,levt}_{tiny,small,base,big}`` on fairseq's own NAT models.
+"""NAT students ``kd_{family}_{tiny,small,base,big}`` on fairseq's NAT models and the plugin's own.
 
-Each family is trained with fairseq's ``translation_lev`` task and ``nat_loss`` criterion; what differs is
-the noise applied to the target during training and how many refinement iterations decoding runs. The
-recommended flags are in STUDENT_FAMILIES (and the README), so scripts and docs read them from one place.
+Each family is trained with fairseq's ``translation_lev`` task (or the plugin's ``kd_translation_lev``) and
+``nat_loss`` criterion; what differs is the noise applied to the target during training, the loss and how
+many refinement iterations decoding runs. The recommended flags are in STUDENT_FAMILIES (and the README),
+so scripts and docs read them from one place.
 """
 from dataclasses import dataclass
 
@@ -11,8 +12,13 @@ from fairseq.models.nat.cmlm_transformer import cmlm_base_architecture
 from fairseq.models.nat.insertion_transformer import insertion_base_architecture
 from fairseq.models.nat.iterative_nonautoregressive_transformer import inat_base_architecture
 from fairseq.models.nat.levenshtein_transformer import levenshtein_base_architecture
+from fairseq.models.nat.nat_crf_transformer import nacrf_base_architecture
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
 
+from .ctc import ctc_base_architecture, glat_ctc_base_architecture
+from .dat import dat_base_architecture
+from .glat import glat_base_architecture
+from .nacrf import NACRFModel  # noqa: F401  (registers fairseq model "nacrf")
 from .sizes import SIZES, sized_architecture
 
 
@@ -22,6 +28,9 @@ class StudentFamily:
     family_defaults: object
     train_flags: tuple  # task/model flags the family needs when training
     decode_flags: tuple  # fairseq-generate flags for its decoding
+    # fairseq task to train and decode with; kd_translation_lev (fairseq_plugins/tasks.py) for the families
+    # annealing over updates, which translation_lev does not tell the model
+    task: str = "translation_lev"
 
 
 STUDENT_FAMILIES = {
@@ -55,6 +64,43 @@ STUDENT_FAMILIES = {
         "levenshtein_transformer", levenshtein_base_architecture,
         ("--noise", "random_delete"),
         ("--iter-decode-max-iter", "9", "--iter-decode-eos-penalty", "0"),
+    ),
+    # GLAT (Qian et al. 2021): vanilla NAT on copied source embeddings, trained with glancing, one pass
+    "glat": StudentFamily(
+        "glat", glat_base_architecture,
+        ("--noise", "full_mask", "--pred-length-offset", "--length-loss-factor", "0.1"),
+        ("--iter-decode-max-iter", "0"),
+        task="kd_translation_lev",
+    ),
+    # CTC NAT (Libovický & Helcl 2018): the source upsampled x2, CTC loss, one pass, no length predictor
+    # (the noise is unused: full_mask is the cheapest translation_lev offers)
+    "ctc": StudentFamily(
+        "ctc_nat", ctc_base_architecture,
+        ("--noise", "full_mask"),
+        ("--iter-decode-max-iter", "0"),
+    ),
+    # CTC NAT with glancing on its best alignment (Gu & Kong 2021)
+    "glat_ctc": StudentFamily(
+        "ctc_nat", glat_ctc_base_architecture,
+        ("--noise", "full_mask"),
+        ("--iter-decode-max-iter", "0"),
+        task="kd_translation_lev",
+    ),
+    # NAT-CRF (Sun et al. 2019): vanilla NAT with a low-rank CRF over its outputs, Viterbi in one pass
+    "nacrf": StudentFamily(
+        "nacrf", nacrf_base_architecture,
+        ("--noise", "full_mask", "--pred-length-offset", "--length-loss-factor", "0.1"),
+        ("--iter-decode-max-iter", "0"),
+    ),
+    # DA-Transformer (Huang et al. 2022): a graph of upsample-factor x source-length vertices, trained on all
+    # the reference's paths with glancing, one lookahead pass. Factor 4 instead of the paper's 8: the links,
+    # their dynamic programmes and the decoder's self-attention grow with L^2 (CPU time), and Multi30k's
+    # references fit with room to spare (en-de: at most 2.4x their source's tokens, none left out).
+    "dat": StudentFamily(
+        "dat", dat_base_architecture,
+        ("--noise", "no_noise", "--upsample-factor", "4"),
+        ("--iter-decode-max-iter", "0"),
+        task="kd_translation_lev",
     ),
 }
 

@@ -89,7 +89,8 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
     validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
     node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself."""
     if nat_family:
-        task = ["--task", "translation_lev", "--criterion", "nat_loss", *STUDENT_FAMILIES[nat_family].train_flags]
+        family = STUDENT_FAMILIES[nat_family]
+        task = ["--task", family.task, "--criterion", "nat_loss", *family.train_flags]
     else:
         task = ["--task", "translation", "--criterion", "label_smoothed_cross_entropy"]
     validate = ["--validate-interval-updates", training.validate_every] if training.validate_every else []
@@ -118,7 +119,8 @@ def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: i
     the corpus was tokenized, to ``out``. ``batch_size``: at most that many sentences a batch (fairseq's
     --batch-size), within ``max_tokens``."""
     if nat_family:
-        task = ["--task", "translation_lev", *STUDENT_FAMILIES[nat_family].decode_flags, "--beam", 1]
+        family = STUDENT_FAMILIES[nat_family]
+        task = ["--task", family.task, *family.decode_flags, "--beam", 1]
     else:
         task = ["--task", "translation", "--beam", beam, "--max-len-a", max_len_a, "--max-len-b", max_len_b]
     raw = out.with_suffix(".generate.txt")

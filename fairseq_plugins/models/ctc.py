@@ -1,0 +1,201 @@
+"""CTC NAT (Libovický & Helcl 2018; Gu & Kong 2021), optionally with glancing, on fairseq's vanilla NAT.
+
+The decoder runs on the source upsampled by ``--upsample-factor`` (the source embeddings copied uniformly to
+factor x source length) and predicts a token or a blank at every position; the loss is CTC over all the
+alignments of the reference (torch's ``ctc_loss``), so no length predictor is needed. Decoding: one pass,
+the argmax at each position, repeats collapsed and blanks dropped.
+
+The blank is ``<s>`` (index 0 of fairseq dictionaries): it never occurs inside a sentence (translation_lev
+only prepends it, and the CTC reference leaves it out), so the joined dictionary, and the embedding matrix
+every other family shares with the teacher, stay as they are.
+
+Glancing (CTC with GLAT as Gu & Kong combine them, the ``glat_ctc`` family): the first pass's best (Viterbi)
+alignment of the reference is its target sequence over the upsampled positions; ``glance_count`` of the
+Hamming distance between that and the argmax are revealed at random. As GLAT's loss leaves out what it
+revealed, the trained pass's CTC loss counts only the alignments that agree with the revealed labels, and
+the revealed positions add neither probability nor gradient (they are pinned to their label).
+"""
+import torch
+import torch.nn.functional as F
+from fairseq.iterative_refinement_generator import DecoderOut
+from fairseq.models import register_model
+from fairseq.models.nat.nonautoregressive_transformer import NATransformerModel
+from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+
+from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
+from .upsampling import upsampled_inputs
+
+
+def ctc_nll(log_probs, input_lengths, targets, target_lengths, blank: int, pinned=None, pinned_tokens=None):
+    """Per-sentence CTC negative log-likelihood ([B]) of ``targets`` under ``log_probs`` ([B, T, V]).
+
+    ``pinned`` ([B, T] bool) positions may only emit ``pinned_tokens`` there and add no probability (nor
+    gradient): the likelihood of the rest, over the alignments that agree with the pinned labels. A sentence
+    no alignment fits (a reference too long for its positions) gets 0, and no gradient.
+    """
+    if pinned is not None:
+        labels = F.one_hot(pinned_tokens, log_probs.size(-1)).bool()
+        fixed = torch.zeros_like(log_probs).masked_fill(~labels, float("-inf"))
+        log_probs = torch.where(pinned.unsqueeze(-1), fixed, log_probs)
+    return F.ctc_loss(log_probs.transpose(0, 1), targets, input_lengths, target_lengths, blank=blank,
+                      reduction="none", zero_infinity=True)
+
+
+def ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, blank: int):
+    """The most probable CTC alignment of each target: its label at each position ([B, T], ``blank`` beyond
+    the input length) and its log-probability ([B], -inf where no alignment fits).
+
+    Viterbi over the extended label sequence (blank, y1, blank, y2, ..., blank), batched: a loop over the
+    positions, each step vectorised over sentences and states, then a batched backtrace.
+    """
+    batch, length, _ = log_probs.shape
+    states = 2 * targets.size(1) + 1
+    extended = targets.new_full((batch, states), blank)
+    extended[:, 1::2] = targets
+    emissions = log_probs.gather(2, extended.unsqueeze(1).expand(batch, length, states))  # [B, T, S]
+    # a label may be reached from two states back unless it is a blank or repeats the label before it
+    skip = extended.ne(blank)
+    skip[:, 2:] &= extended[:, 2:].ne(extended[:, :-2])
+    skip[:, :2] = False
+
+    minus_inf = torch.tensor(float("-inf"), dtype=log_probs.dtype, device=log_probs.device)
+    score = torch.full((batch, states), float("-inf"), dtype=log_probs.dtype, device=log_probs.device)
+    score[:, :2] = emissions[:, 0, :2]
+    back = torch.zeros((length, batch, states), dtype=torch.long, device=log_probs.device)
+    for t in range(1, length):
+        stay = score
+        step = F.pad(score, (1, 0), value=float("-inf"))[:, :-1]
+        jump = torch.where(skip, F.pad(score, (2, 0), value=float("-inf"))[:, :-2], minus_inf)
+        best, offset = torch.stack([stay, step, jump], dim=-1).max(-1)
+        active = (t < input_lengths).unsqueeze(1)
+        score = torch.where(active, best + emissions[:, t], score)
+        back[t] = offset
+
+    last = (2 * target_lengths).unsqueeze(1)
+    finals = torch.cat([score.gather(1, last), score.gather(1, (last - 1).clamp(min=0))], dim=1)
+    finals[:, 1] = torch.where(target_lengths > 0, finals[:, 1], minus_inf)
+    best_score, which = finals.max(1)
+    state = last.squeeze(1) - which
+
+    aligned = targets.new_full((batch, length), blank)
+    for t in range(length - 1, -1, -1):
+        active = t < input_lengths
+        aligned[:, t] = torch.where(active, extended.gather(1, state.unsqueeze(1)).squeeze(1), aligned[:, t])
+        state = torch.where(active, state - back[t].gather(1, state.unsqueeze(1)).squeeze(1), state)
+    return aligned, best_score
+
+
+def ctc_collapse(tokens, scores, blank: int, pad: int):
+    """Collapse repeated labels, then drop blanks (and padding): left-aligned, padded with ``pad``; a kept
+    token has the score of the first position of its run."""
+    keep = tokens.ne(blank) & tokens.ne(pad)
+    keep[:, 1:] &= tokens[:, 1:].ne(tokens[:, :-1])
+    lengths = keep.sum(1)
+    width = int(lengths.max()) if tokens.size(0) else 0
+    slot = torch.where(keep, keep.cumsum(1) - 1, width)  # dropped positions go to a spare column
+    out = tokens.new_full((tokens.size(0), width + 1), pad).scatter_(1, slot, tokens)
+    out_scores = scores.new_zeros((scores.size(0), width + 1)).scatter_(1, slot, scores)
+    return out[:, :width], out_scores[:, :width], lengths
+
+
+class CTCDecoder(GlancingDecoder):
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.embed_length = None  # the output length is factor x source length: no length predictor
+
+
+@register_model("ctc_nat")
+class CTCNATModel(Glancing, NATransformerModel):
+    @property
+    def allow_length_beam(self):
+        return False  # the output length is fixed by the source length
+
+    @staticmethod
+    def add_args(parser):
+        NATransformerModel.add_args(parser)
+        add_glancing_args(parser)
+        parser.add_argument("--upsample-factor", type=int,
+                            help="decoder positions per source token (2: see the README's student table)")
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        decoder = CTCDecoder(args, tgt_dict, embed_tokens)
+        if getattr(args, "apply_bert_init", False):
+            decoder.apply(init_bert_params)
+        return decoder
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
+        inputs = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
+        input_lengths = inputs.ne(self.pad).sum(1)
+        # the reference without its <s> ... </s> frame
+        targets = tgt_tokens[:, 1:].masked_fill(tgt_tokens[:, 1:].eq(self.eos), self.pad)
+        target_lengths = targets.ne(self.pad).sum(1)
+
+        glanced, aligned = self.glance(inputs, input_lengths, targets, target_lengths, encoder_out)
+        if glanced is not None:
+            inputs = torch.where(glanced, aligned, inputs)
+        logits = self.decoder(normalize=False, prev_output_tokens=inputs, encoder_out=encoder_out)
+        nll = ctc_nll(F.log_softmax(logits.float(), -1), input_lengths, targets, target_lengths, self.bos,
+                      glanced, aligned)
+        # per reference token (as nat_loss averages its token losses), then per sentence: torch's "mean"
+        loss = (nll / target_lengths.clamp(min=1)).mean()
+        return {"ctc": {"loss": loss, "factor": 1.0}}
+
+    def glance(self, inputs, input_lengths, targets, target_lengths, encoder_out):
+        """Positions revealed to the trained pass and the aligned labels revealed there (None, None outside
+        training)."""
+        ratio = self.current_glance_ratio()
+        if ratio <= 0:
+            return None, None
+        with torch.no_grad():
+            log_probs = F.log_softmax(
+                self.decoder(normalize=False, prev_output_tokens=inputs, encoder_out=encoder_out).float(), -1)
+            aligned, score = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, self.bos)
+            candidates = inputs.ne(self.pad) & torch.isfinite(score).unsqueeze(1)
+            hamming = (log_probs.argmax(-1).ne(aligned) & candidates).sum(1)
+            return glancing_mask(candidates, glance_count(hamming, ratio)), aligned
+
+    def initialize_output_tokens(self, encoder_out, src_tokens):
+        tokens = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
+        return DecoderOut(output_tokens=tokens, output_scores=torch.zeros_like(tokens, dtype=torch.float),
+                          attn=None, step=0, max_step=0, history=None)
+
+    def forward_decoder(self, decoder_out, encoder_out, decoding_format=None, **kwargs):
+        if decoder_out.step > 0:
+            return decoder_out  # one pass is final: a refinement step changes nothing, the generator stops
+        inputs = decoder_out.output_tokens
+        scores, best = self.decoder(normalize=True, prev_output_tokens=inputs, encoder_out=encoder_out).max(-1)
+        best = best.masked_fill(inputs.eq(self.pad), self.pad)
+        scores = scores.float().masked_fill(inputs.eq(self.pad), 0)
+        tokens, token_scores, lengths = ctc_collapse(best, scores, self.bos, self.pad)
+        # framed <s> ... </s> as every NAT output; the frame is scored with the path's mean log-probability
+        # per position, so an output of blanks alone still says how sure the model was
+        path_score = (scores.sum(1) / inputs.ne(self.pad).sum(1)).unsqueeze(1)
+        frame = tokens.new_full((tokens.size(0), 1), self.pad)
+        output_tokens = torch.cat([frame.fill_(self.bos), tokens, frame.clone().fill_(self.pad)], 1)
+        output_tokens.scatter_(1, (lengths + 1).unsqueeze(1), self.eos)
+        output_scores = torch.cat([path_score, token_scores, torch.zeros_like(path_score)], 1)
+        output_scores = output_scores.scatter(1, (lengths + 1).unsqueeze(1), path_score).type_as(
+            decoder_out.output_scores)
+        history = decoder_out.history
+        if history is not None:
+            history.append(output_tokens.clone())
+        return decoder_out._replace(output_tokens=output_tokens, output_scores=output_scores, attn=None,
+                                    history=history)
+
+
+def _ctc_defaults(args):
+    args.upsample_factor = getattr(args, "upsample_factor", 2)
+    nat_base_architecture(args)
+
+
+def ctc_base_architecture(args):
+    glancing_defaults(args, start=0.0, end=0.0)
+    _ctc_defaults(args)
+
+
+def glat_ctc_base_architecture(args):
+    glancing_defaults(args, start=0.5, end=0.3)
+    _ctc_defaults(args)

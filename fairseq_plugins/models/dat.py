@@ -1,0 +1,240 @@
+"""The Directed Acyclic Transformer (DA-Transformer; Huang et al., ICML 2022), fairseq model ``dat``.
+
+The decoder does not predict a length: it has L = upsample_factor x source-length vertices, each with a token
+distribution, and links (transition probabilities) from every vertex to every later one. A translation is a
+path from vertex 0 to vertex L-1 emitting one token per visited vertex, so the graph holds many translations
+at once and the model never has to commit to one token per fixed position. Training maximises the
+probability of the reference summed over all its paths (a dynamic programme over target positions); glancing
+reveals reference tokens at the vertices of the reference's most probable path. Decoding follows the links
+from vertex 0 (greedy or lookahead), in one pass.
+
+Targets include fairseq's <s> and </s> (``translation_lev`` adds them), so vertex 0 learns <s> and the last
+vertex </s>. A reference longer than its graph has no path: such sentences are left out of the loss (the
+paper filters them from the corpus); ``--upsample-factor`` is what keeps them rare.
+"""
+import math
+
+import torch
+import torch.nn.functional as F
+from fairseq.iterative_refinement_generator import DecoderOut
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.nat import FairseqNATModel
+from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
+from torch import nn
+
+from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
+from .upsampling import upsampled_inputs
+
+# A finite log(0) for forbidden links and unreachable cells: -inf would turn into NaN in the sums and
+# differences of the dynamic programmes (-inf - -inf), and their gradients.
+LOG_ZERO = -1e9
+
+DECODING_STRATEGIES = ("lookahead", "greedy")
+
+
+def link_log_probs(query: torch.Tensor, key: torch.Tensor, vertex_mask: torch.BoolTensor) -> torch.Tensor:
+    """log P(next vertex j | vertex i), [B, L, L]: scaled dot products, normalised over the later real vertices
+    j > i. Rows with no later vertex (the last vertex, padding) and forbidden links hold LOG_ZERO."""
+    scores = torch.bmm(query.float(), key.float().transpose(1, 2)) / math.sqrt(query.size(-1))
+    length = vertex_mask.size(1)
+    later = torch.ones(length, length, dtype=torch.bool, device=scores.device).triu(1)
+    allowed = later[None] & vertex_mask[:, None, :]
+    return scores.masked_fill(~allowed, LOG_ZERO).log_softmax(-1).masked_fill(~allowed, LOG_ZERO)
+
+
+def target_emissions(token_log_probs: torch.Tensor, target: torch.LongTensor) -> torch.Tensor:
+    """log P(y_t | vertex j) for every target position t and vertex j: [B, T, L] from [B, L, V] and [B, T]."""
+    index = target[:, None, :].expand(-1, token_log_probs.size(1), -1)
+    return token_log_probs.gather(2, index).transpose(1, 2)
+
+
+def _first_vertex_only(emissions: torch.Tensor) -> torch.Tensor:
+    """Scores of the first target token: every path starts at vertex 0."""
+    return emissions[:, 0].masked_fill(torch.arange(emissions.size(2), device=emissions.device) > 0, LOG_ZERO)
+
+
+def dag_log_likelihood(emissions: torch.Tensor, links: torch.Tensor, target_lengths: torch.LongTensor,
+                       graph_lengths: torch.LongTensor) -> torch.Tensor:
+    """log P(y | x) of each sentence [B]: the sum over all paths from vertex 0 to its last vertex that visit
+    exactly |y| vertices, of the product of their links and of the visited vertices' probabilities of y.
+
+    Forward algorithm over target positions: score[t, j] sums the paths emitting y_0..y_t whose t-th vertex
+    is j. Each step is one batched product of the previous scores (as probabilities, scaled by their
+    maximum) with the link probabilities: a matrix product instead of a logsumexp over [B, L, L], so the
+    step costs one pass over the links instead of six, forward and backward. In float64, a cell more than
+    ~700 nats below the best cell of its step counts as unreachable (its probability underflows).
+    """
+    dtype = emissions.dtype
+    emissions, transitions = emissions.double(), links.double().exp()
+    score = _first_vertex_only(emissions)
+    scores = [score]
+    for t in range(1, emissions.size(1)):
+        # the result does not depend on the shift, so no gradient goes through it
+        shift = score.detach().max(1, keepdim=True).values
+        reached = torch.bmm((score - shift).exp()[:, None, :], transitions).squeeze(1)
+        # clamped: log(0) would give unreachable cells an infinite score, and NaN gradients
+        score = reached.clamp(min=torch.finfo(reached.dtype).tiny).log() + shift + emissions[:, t]
+        scores.append(score)
+    rows = torch.arange(emissions.size(0), device=emissions.device)
+    return torch.stack(scores, 1)[rows, target_lengths - 1, graph_lengths - 1].to(dtype)
+
+
+def dag_best_path(emissions: torch.Tensor, links: torch.Tensor, target_lengths: torch.LongTensor,
+                  graph_lengths: torch.LongTensor) -> torch.LongTensor:
+    """The vertex of each target token on the reference's most probable path, [B, T] (0 past |y|): the
+    forward algorithm with max for sum (Viterbi), then back along the best previous vertices."""
+    score = _first_vertex_only(emissions)
+    backpointers = []
+    incoming = links.transpose(1, 2).contiguous()  # [B, to, from]: each step reduces over contiguous memory
+    for t in range(1, emissions.size(1)):
+        best, previous = (score[:, None, :] + incoming).max(2)
+        backpointers.append(previous)
+        score = best + emissions[:, t]
+    batch, length = emissions.shape[:2]
+    path = torch.zeros(batch, length, dtype=torch.long, device=emissions.device)
+    vertex = graph_lengths - 1
+    for t in range(length - 1, -1, -1):
+        on_target = t < target_lengths
+        path[:, t] = torch.where(on_target, vertex, 0)
+        if t > 0:
+            previous = backpointers[t - 1].gather(1, vertex[:, None]).squeeze(1)
+            vertex = torch.where(on_target, previous, vertex)
+    return path
+
+
+def dag_decode(token_log_probs: torch.Tensor, links: torch.Tensor, graph_lengths: torch.LongTensor,
+               lookahead: bool, pad: int):
+    """Follow the links from vertex 0 to the last vertex; returns (tokens, their log-probabilities), [B, S],
+    padded. Each visited vertex emits its most probable token. Greedy takes the most probable link;
+    lookahead the link that maximises the link's probability times the next vertex's best token's."""
+    token_scores, tokens = token_log_probs.max(-1)
+    successor = (links + token_scores[:, None, :] if lookahead else links).argmax(-1)
+    last = graph_lengths - 1
+    vertex = torch.zeros_like(last)
+    path = [vertex]
+    # every link goes forward, so L - 1 steps reach the last vertex
+    for _ in range(int(graph_lengths.max()) - 1):
+        if bool((vertex == last).all()):
+            break
+        vertex = torch.where(vertex == last, vertex, successor.gather(1, vertex[:, None]).squeeze(1))
+        path.append(vertex)
+    path = torch.stack(path, 1)
+    # a path stops at its first visit of the last vertex; the rest of its row repeats that vertex
+    finished = F.pad((path == last[:, None])[:, :-1], (1, 0), value=False)
+    return (tokens.gather(1, path).masked_fill(finished, pad),
+            token_scores.gather(1, path).masked_fill(finished, 0.0))
+
+
+def glance_vertices(vertices: torch.LongTensor, path: torch.LongTensor, target: torch.LongTensor,
+                    target_lengths: torch.LongTensor, predicted: torch.LongTensor, ratio: float,
+                    generator: torch.Generator = None) -> torch.LongTensor:
+    """Decoder inputs with reference tokens revealed: the first pass's tokens (``predicted``, [B, L]) read
+    along the best ``path`` differ from the reference at ``hamming`` positions; ``floor(hamming x ratio)``
+    reference tokens chosen at random are written at their path vertices (the rest stay <unk>)."""
+    on_target = torch.arange(target.size(1), device=target.device)[None, :] < target_lengths[:, None]
+    hamming = (predicted.gather(1, path).ne(target) & on_target).sum(1)
+    revealed = glancing_mask(on_target, glance_count(hamming, ratio), generator)
+    rows = torch.arange(target.size(0), device=target.device)[:, None].expand_as(path)
+    glanced = vertices.clone()
+    glanced[rows[revealed], path[revealed]] = target[revealed]  # a path's vertices are distinct
+    return glanced
+
+
+@register_model("dat")
+class DATransformerModel(Glancing, FairseqNATModel):
+    """Encoder as fairseq's NAT; a decoder over the graph's vertices (no length predictor: the graph size
+    comes from the source length, which is why this is not a NATransformerModel)."""
+
+    @staticmethod
+    def add_args(parser):
+        FairseqNATModel.add_args(parser)
+        parser.add_argument("--upsample-factor", type=int,
+                            help="graph vertices per source token (default 8, as the paper)")
+        add_glancing_args(parser)
+        parser.add_argument("--dat-decoding", choices=DECODING_STRATEGIES,
+                            help="path through the graph at decoding: lookahead (default) or greedy; at "
+                                 "fairseq-generate: --model-overrides \"{'dat_decoding': 'greedy'}\"")
+
+    @property
+    def allow_ensemble(self):
+        return False  # the graphs of two models have no common vertices to average
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        decoder = DATransformerDecoder(args, tgt_dict, embed_tokens)
+        if getattr(args, "apply_bert_init", False):
+            decoder.apply(init_bert_params)
+        return decoder
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
+        vertices = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
+        lengths = vertices.ne(self.pad).sum(1)
+        target_lengths = tgt_tokens.ne(self.pad).sum(1)
+        ratio = self.current_glance_ratio()
+        if ratio > 0:
+            with torch.no_grad():
+                token_log_probs, links = self.decoder.forward_graph(encoder_out, vertices)
+                path = dag_best_path(target_emissions(token_log_probs, tgt_tokens), links, target_lengths, lengths)
+                vertices = glance_vertices(vertices, path, tgt_tokens, target_lengths, token_log_probs.argmax(-1),
+                                           ratio)
+        token_log_probs, links = self.decoder.forward_graph(encoder_out, vertices)
+        log_likelihood = dag_log_likelihood(target_emissions(token_log_probs, tgt_tokens), links, target_lengths,
+                                            lengths)
+        # per target token, then averaged over the sentences (as the paper); a reference longer than its
+        # graph has no path and is left out
+        fits = target_lengths <= lengths
+        per_token = -log_likelihood / target_lengths
+        loss = per_token[fits].sum() / fits.sum().clamp(min=1)
+        # the whole reference is scored, glanced tokens included: the DAG loss does not split over tokens
+        return {"dag": {"loss": loss, "factor": 1.0}}
+
+    def initialize_output_tokens(self, encoder_out, src_tokens):
+        vertices = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
+        return DecoderOut(output_tokens=vertices,
+                          output_scores=vertices.new_zeros(vertices.size(), dtype=torch.float),
+                          attn=None, step=0, max_step=0, history=None)
+
+    def forward_decoder(self, decoder_out, encoder_out, decoding_format=None, **kwargs):
+        if decoder_out.step > 0:
+            raise ValueError("the DA-Transformer decodes in one pass: run fairseq-generate with "
+                             "--iter-decode-max-iter 0")
+        vertices = decoder_out.output_tokens
+        token_log_probs, links = self.decoder.forward_graph(encoder_out, vertices)
+        tokens, scores = dag_decode(token_log_probs, links, vertices.ne(self.pad).sum(1),
+                                    self.args.dat_decoding == "lookahead", self.pad)
+        history = decoder_out.history
+        if history is not None:
+            history.append(tokens.clone())
+        return decoder_out._replace(output_tokens=tokens, output_scores=scores.type_as(decoder_out.output_scores),
+                                    attn=None, history=history)
+
+
+class DATransformerDecoder(GlancingDecoder):
+    """The glancing NAT decoder run over the graph's vertices (<unk>, or a glanced reference token), plus the
+    link projections."""
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.embed_length = None  # no length prediction
+        self.link_query = nn.Linear(self.output_embed_dim, self.output_embed_dim)
+        self.link_key = nn.Linear(self.output_embed_dim, self.output_embed_dim)
+
+    def forward_graph(self, encoder_out, vertices):
+        """(log P(token | vertex) [B, L, V], log P(next vertex | vertex) [B, L, L]), in float32."""
+        features, _ = self.extract_features(vertices, encoder_out=encoder_out, embedding_copy=True)
+        token_log_probs = F.log_softmax(self.output_layer(features).float(), dim=-1)
+        links = link_log_probs(self.link_query(features), self.link_key(features), vertices.ne(self.padding_idx))
+        return token_log_probs, links
+
+
+def dat_base_architecture(args):
+    # the paper anneals the glancing ratio 0.5 -> 0.1 (over 200k updates)
+    glancing_defaults(args, start=0.5, end=0.1)
+    nat_base_architecture(args)
+    args.upsample_factor = getattr(args, "upsample_factor", 8)
+    args.dat_decoding = getattr(args, "dat_decoding", "lookahead")
+
+
+register_model_architecture("dat", "dat")(dat_base_architecture)
