@@ -125,7 +125,7 @@ def test_toml_syntax_error_names_the_line(tmp_path):
 
 
 def test_unknown_profile_lists_the_bundled_ones():
-    with pytest.raises(ConfigError, match="cpu, decoding, decoding-micro, kd-effect, kd-effect-micro, micro, paper"):
+    with pytest.raises(ConfigError, match="cpu, decoding, decoding-micro, kd-effect, kd-effect-micro, micro, paper, students"):
         study_config.load("nonesuch")
 
 
@@ -584,14 +584,24 @@ def test_a_study_reuses_the_finished_steps_of_another_with_the_same_fingerprint(
         Runner(tmp_path / "third", reuse=(tmp_path / "nowhere",))
 
 
-def test_the_decoding_profile_shares_the_kd_effect_teacher_and_beam_set(tmp_path):
+@pytest.mark.parametrize("profile", ["decoding", "students"])
+def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
     """Same settings and dependencies, so the same fingerprints: --reuse runs/study/kd-effect skips them."""
     plans = {name: {s.name: s for s in build_plan(study_config.load(name), tmp_path)}
-             for name in ("kd-effect", "decoding")}
+             for name in ("kd-effect", profile)}
     for step in ("prepare", "teacher.converged", "distil.converged.beam"):
-        kd, decoding = plans["kd-effect"][step], plans["decoding"][step]
-        assert (kd.kind, kd.settings, kd.deps) == (decoding.kind, decoding.settings, decoding.deps), step
-    assert plans["kd-effect"]["student.nat.real"].settings != plans["decoding"]["student.nat.real"].settings
+        kd, other = plans["kd-effect"][step], plans[profile][step]
+        assert (kd.kind, kd.settings, kd.deps) == (other.kind, other.settings, other.deps), step
+    if profile == "decoding":  # stopped on validation, where kd-effect trains a fixed budget
+        assert plans["kd-effect"]["student.nat.real"].settings != plans[profile]["student.nat.real"].settings
+    else:  # kd-effect's student settings, so the gains compare with its NAT's and CMLM's
+        kd_student = plans["kd-effect"]["student.nat.real"].settings
+        for family in ("glat", "glat_ctc", "dat"):
+            mine = plans[profile][f"student.{family}.real"].settings
+            assert {k: v for k, v in mine.items() if k != "arch" and k != "nat_family"} == \
+                {k: v for k, v in kd_student.items() if k != "arch" and k != "nat_family"}
+        assert set(plans[profile]["speed"].settings["systems"]) == {
+            "teacher converged beam", "glat on converged.beam", "glat_ctc on converged.beam", "dat on converged.beam"}
 
 
 @pytest.mark.parametrize("extra, message", [
