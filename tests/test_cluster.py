@@ -368,3 +368,14 @@ def test_a_shard_that_keeps_failing_is_resubmitted_then_reported_with_its_log(mi
     assert len(jobs) == 2  # submitted, then resubmitted once
     assert f"shard 0 of {out} failed 2 time(s); the last: submitit-local job" in err
     assert "SettingsError: --max-tokens 4 is smaller than the longest sentence" in err and "job stderr:" in err
+
+
+def test_jobs_near_their_time_limit_are_requeued_with_the_same_call():
+    """submitit requeues a Checkpointable job with what its checkpoint() returns: the same step or shard,
+    which then resumes from its work folder (fairseq's last checkpoint) or its saved chunks."""
+    from nat_kd.distill.cluster import ShardJob
+    from nat_kd.study.cluster import StepJob
+
+    for job, args in [(StepJob(), ("root", "step", "fp", {}, Resources(), "slurm", 4)), (ShardJob(), ("cfg", 3, 8))]:
+        again = job.checkpoint(*args)
+        assert again.function is job and again.args == args and again.kwargs == {}
