@@ -73,7 +73,7 @@ def _study(args, argv) -> int:
     launcher = JobLauncher(out, args.launcher, cluster, args.detach) if args.launcher != "local" else None
     runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, launcher=launcher)
     if args.dry_run:
-        for line in dry_run(steps, runner, cluster, args.launcher):
+        for line in dry_run(steps, runner, cluster):
             print(line)
         return 0
     if args.list:

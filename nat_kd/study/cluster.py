@@ -144,7 +144,7 @@ def submitted_note(root: Path, step: Step) -> str:
     return f"  ({job.launcher} job {job.job_id} submitted)" if job else ""
 
 
-def dry_run(steps: list[Step], runner, cluster: ClusterConfig, launcher: str) -> list[str]:
+def dry_run(steps: list[Step], runner, cluster: ClusterConfig) -> list[str]:
     """Every step that would be submitted (not done yet), with its resources and sbatch options."""
     lines = []
     for step, status in zip(steps, runner.status(steps)):
