@@ -39,7 +39,10 @@ def _wait_for_file(ctx, deps, value, flag):
     ../starts.txt."""
     with open(ctx.work.parent.parent / "starts.txt", "a") as starts:
         starts.write(ctx.step.name + "\n")
+    deadline = time.time() + 300  # a job left behind by a failed test ends by itself
     while not Path(flag).exists():
+        if time.time() > deadline:
+            raise TimeoutError(f"{flag} never came")
         time.sleep(0.1)
     return _write(ctx, deps, value)
 
