@@ -39,7 +39,10 @@ def _wait_for_file(ctx, deps, value, flag):
     ../starts.txt."""
     with open(ctx.work.parent.parent / "starts.txt", "a") as starts:
         starts.write(ctx.step.name + "\n")
+    deadline = time.time() + 300  # a job left behind by a failed test ends by itself
     while not Path(flag).exists():
+        if time.time() > deadline:
+            raise TimeoutError(f"{flag} never came")
         time.sleep(0.1)
     return _write(ctx, deps, value)
 
@@ -368,3 +371,14 @@ def test_a_shard_that_keeps_failing_is_resubmitted_then_reported_with_its_log(mi
     assert len(jobs) == 2  # submitted, then resubmitted once
     assert f"shard 0 of {out} failed 2 time(s); the last: submitit-local job" in err
     assert "SettingsError: --max-tokens 4 is smaller than the longest sentence" in err and "job stderr:" in err
+
+
+def test_jobs_near_their_time_limit_are_requeued_with_the_same_call():
+    """submitit requeues a Checkpointable job with what its checkpoint() returns: the same step or shard,
+    which then resumes from its work folder (fairseq's last checkpoint) or its saved chunks."""
+    from nat_kd.distill.cluster import ShardJob
+    from nat_kd.study.cluster import StepJob
+
+    for job, args in [(StepJob(), ("root", "step", "fp", {}, Resources(), "slurm", 4)), (ShardJob(), ("cfg", 3, 8))]:
+        again = job.checkpoint(*args)
+        assert again.function is job and again.args == args and again.kwargs == {}

@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import submitit
+
 from nat_kd.artifacts import DistilledSet
 from nat_kd.hashing import sha256_json
 from nat_kd.launch import (LAUNCHERS, ClusterConfig, LaunchError, Resources, Submitted, job_failure, make_executor,
@@ -44,12 +46,15 @@ def add_arguments(parser) -> None:
                             "one merges, and rerunning the command waits for them")
 
 
-def run_shard(cfg, shard_id: int, num_shards: int) -> bool:
-    """The job's body: one shard decoded (what it has not saved yet); True if it also merged the set."""
-    from .pipeline import distill
+class ShardJob(submitit.helpers.Checkpointable):
+    """A job's body: one shard decoded (what it has not saved yet); True if it also merged the set.
+    Checkpointable: near Slurm's time limit submitit requeues it, and it goes on from its saved chunks."""
 
-    return distill(replace(cfg, shard_id=shard_id, num_shards=num_shards, merge_only=False,
-                           progress_bar=False)).complete
+    def __call__(self, cfg, shard_id: int, num_shards: int) -> bool:
+        from .pipeline import distill
+
+        return distill(replace(cfg, shard_id=shard_id, num_shards=num_shards, merge_only=False,
+                               progress_bar=False)).complete
 
 
 def merge(cfg) -> bool:
@@ -109,7 +114,7 @@ class ShardLauncher:
                 to_submit.append(shard)
         if to_submit:
             executor = self._executor()
-            submitted = executor.map_array(run_shard, [self.cfg] * len(to_submit), to_submit,
+            submitted = executor.map_array(ShardJob(), [self.cfg] * len(to_submit), to_submit,
                                            [self.num_shards] * len(to_submit))
             for shard, job in zip(to_submit, submitted):
                 self._submitted(shard, job)
@@ -135,7 +140,7 @@ class ShardLauncher:
                         logger.warning("shard %d failed (%s); resubmitting it (retry %d of %d), it resumes from its "
                                        "saved chunks", shard, failure.splitlines()[0], retries[shard],
                                        self.cluster.launcher.max_retries)
-                        job = self._executor().submit(run_shard, self.cfg, shard, self.num_shards)
+                        job = self._executor().submit(ShardJob(), self.cfg, shard, self.num_shards)
                         self._submitted(shard, job)
                         jobs[shard] = job
                 if jobs:

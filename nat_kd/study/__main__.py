@@ -77,7 +77,7 @@ def _study(args, argv) -> int:
     runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, launcher=launcher,
                     reuse=tuple(map(Path, args.reuse)))
     if args.dry_run:
-        for line in dry_run(steps, runner, cluster, args.launcher):
+        for line in dry_run(steps, runner, cluster):
             print(line)
         return 0
     if args.list:

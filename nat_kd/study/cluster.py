@@ -13,6 +13,8 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
+import submitit
+
 from nat_kd.launch import (ClusterConfig, Resources, Submitted, job_failure, make_executor, sbatch_lines,
                            sbatch_script, still_running, tail, wait_for)
 
@@ -46,15 +48,19 @@ def check_resource_keys(cluster: ClusterConfig, steps: list[Step], where: str) -
                           "nor a step of this study (python -m nat_kd.study CONFIG --list names them)")
 
 
-def run_step_job(root: str, step: Step, fingerprint: str, results: dict, resources: Resources,
-                 launcher: str, max_jobs: int) -> dict:
-    """The job's body: the step, run where the scheduler put it, with its record saying which job it was."""
-    import submitit
+class StepJob(submitit.helpers.Checkpointable):
+    """A job's body: the step, run where the scheduler put it, its record saying which job it was.
 
-    job_id = submitit.JobEnvironment().job_id
-    return execute(Path(root), step, fingerprint, results, jobs=max_jobs, threads=resources.cpus,
-                   gpus=resources.gpus,
-                   extra={"launcher": {"launcher": launcher, "job_id": job_id, "resources": asdict(resources)}})
+    Checkpointable: when Slurm's time limit nears (its USR2 signal), submitit requeues the job with the
+    same call, up to 3 times; the step then runs again in its kept work folder, so a fairseq-train continues
+    from its last checkpoint (a 300k-update training can outlast a partition's time limit)."""
+
+    def __call__(self, root: str, step: Step, fingerprint: str, results: dict, resources: Resources, launcher: str,
+                 max_jobs: int) -> dict:
+        job_id = submitit.JobEnvironment().job_id
+        return execute(Path(root), step, fingerprint, results, jobs=max_jobs, threads=resources.cpus,
+                       gpus=resources.gpus,
+                       extra={"launcher": {"launcher": launcher, "job_id": job_id, "resources": asdict(resources)}})
 
 
 class JobLauncher:
@@ -64,7 +70,8 @@ class JobLauncher:
     def __init__(self, root: Path, launcher: str, cluster: ClusterConfig, detach: bool = False):
         self.root, self.launcher, self.cluster, self.detach = Path(root), launcher, cluster, detach
         self.settings = cluster.launcher
-        self.max_jobs = self.settings.max_jobs
+        # submitit's debug jobs run in the driver and swap its os.environ while they run: one at a time
+        self.max_jobs = 1 if launcher == "debug" else self.settings.max_jobs
         self.stop = threading.Event()
         self._jobs, self._lock = {}, threading.Lock()
 
@@ -88,7 +95,7 @@ class JobLauncher:
             resources = step_resources(self.cluster, step)
             executor = make_executor(self.launcher, self.folder(step), resources, self.settings, f"nat_kd.{step.name}")
             results = {n: r["result"] for n, r in records.items()}
-            job = executor.submit(run_step_job, str(self.root), step, fingerprint, results, resources,
+            job = executor.submit(StepJob(), str(self.root), step, fingerprint, results, resources,
                                   self.launcher, self.max_jobs)
             Submitted(self.launcher, str(job.job_id), str(self.folder(step)), fingerprint).write(marker)
             logger.info("%s: submitted %s job %s (%s)", step.name, self.launcher, job.job_id, resources.describe())
@@ -137,7 +144,7 @@ def submitted_note(root: Path, step: Step) -> str:
     return f"  ({job.launcher} job {job.job_id} submitted)" if job else ""
 
 
-def dry_run(steps: list[Step], runner, cluster: ClusterConfig, launcher: str) -> list[str]:
+def dry_run(steps: list[Step], runner, cluster: ClusterConfig) -> list[str]:
     """Every step that would be submitted (not done yet), with its resources and sbatch options."""
     lines = []
     for step, status in zip(steps, runner.status(steps)):
