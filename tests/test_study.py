@@ -255,6 +255,9 @@ def test_records_say_how_the_steps_ran_and_the_results_report_it(tmp_path):
     old = {k: v for k, v in x.items() if k not in ("jobs", "threads")}  # a record written before the fields
     for mixed in ([x, y], [x, old]):
         assert _layout(mixed).startswith("steps ran with the layouts in the step wall-time table")
+    job = dict(x, launcher={"launcher": "slurm", "job_id": "17", "resources": {"cpus": 8}})  # not "8 threads"
+    assert _layout([job, x]) == ("1 of 2 steps ran as slurm jobs, each with the resources its record names; the "
+                                 "rest in the driver's process")
 
 
 def test_runner_runs_independent_steps_side_by_side(tmp_path):

@@ -273,7 +273,14 @@ def _corpus_line(cfg: StudyConfig) -> str:
 
 
 def _layout(records) -> str:
-    """How the steps ran, from their records: a study may be resumed with other --jobs or --threads."""
+    """How the steps ran, from their records: a study may be resumed with other --jobs or --threads, and a
+    step run as a cluster job names its launcher and resources instead."""
+    records = list(records)
+    jobs = [r for r in records if "launcher" in r]
+    if jobs:
+        kinds = sorted({r["launcher"]["launcher"] for r in jobs})
+        return (f"{len(jobs)} of {len(records)} steps ran as {' and '.join(kinds)} jobs, each with the resources "
+                "its record names; the rest in the driver's process")
     layouts = {(r.get("jobs"), r.get("threads")) for r in records}
     if len(layouts) == 1 and None not in (layout := layouts.pop()):
         jobs, threads = layout
