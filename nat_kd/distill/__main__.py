@@ -33,16 +33,24 @@ from __future__ import annotations
 import argparse
 import sys
 
+from typing import TYPE_CHECKING
+
 from nat_kd import cli, tokenization
 from nat_kd.artifacts import PreparedCorpus
 
-from .backends import BACKENDS
-from .decoding import STRATEGIES, DecodingSettings
+if TYPE_CHECKING:
+    from .config import DistillConfig
+
+# The generator's own modules are imported inside the functions below, after main has set up logging:
+# importing them imports fairseq, which logs as it loads (nat_kd.cli.setup_logging).
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; the options of the --bpe and --tokenizer named in ``argv`` (default: sys.argv) are added
     as fairseq adds them."""
+    from .backends import BACKENDS
+    from .decoding import STRATEGIES, DecodingSettings
+
     p = argparse.ArgumentParser(prog="python -m nat_kd.generate_distilled", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     teacher = p.add_argument_group("teacher")
@@ -104,6 +112,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     backend.add_argument("--ct2-cache", metavar="DIR", help="ctranslate2: folder of converted teachers, keyed "
                          "by content hash (default: .ctranslate2-cache beside --out)")
     run.add_argument("--no-progress-bar", action="store_true")
+    cli.add_verbose_argument(run)
     run.add_argument("--keep-empty-lines", action="store_true",
                      help="keep the pairs of empty source lines in bin/ (an empty source and target); by default "
                           "they are only in the text files, with an empty target, and listed in meta.json")
@@ -120,8 +129,9 @@ def teacher_options(args) -> tuple[list[str], str | None]:
     return split_paths(args.teacher_path or args.teacher), args.teacher_data or args.dict_dir
 
 
-def config_from_args(args):
-    from .pipeline import DistillConfig
+def config_from_args(args) -> DistillConfig:
+    from .config import DistillConfig
+    from .decoding import DecodingSettings
 
     data, source, reference = args.data, args.source, args.reference
     text_settings = tokenization.settings_from_args(args)
@@ -149,8 +159,8 @@ def config_from_args(args):
 
 
 def main(argv=None) -> int:
+    cli.setup_logging(argv)
     args = build_parser(argv).parse_args(argv)
-    cli.setup_logging()
 
     def body() -> int:
         from .pipeline import distill

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from .backends.fairseq import FairseqBackend
-from .workers import ChunkDecoder
-
-if TYPE_CHECKING:
-    from .workers import Session
+from .workers import ChunkDecoder, Session
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 BATCH_SENTENCES = 100
@@ -30,7 +27,8 @@ def check_against_fairseq(session: Session, count: int, threads: int) -> dict:
     batches = sample_batches(session, count)
     if session.device != "cpu":
         session.teacher.to(session.device)
-    decoders = {"fairseq": ChunkDecoder(session, threads, FairseqBackend(session)),
+    reference = FairseqBackend(replace(session.backend_settings, name=FairseqBackend.name), session.backend_inputs)
+    decoders = {"fairseq": ChunkDecoder(session, threads, reference),
                 session.cfg.backend: ChunkDecoder(session, threads)}
     pieces = {name: dict((i, p) for batch in batches for i, p, _ in decoder.decode_batch(batch))
               for name, decoder in decoders.items()}

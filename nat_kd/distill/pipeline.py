@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +18,10 @@ from nat_kd import __version__, atomic
 from nat_kd.analysis.metrics.sentence import SentenceScorer, SentenceScores
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
-from nat_kd.tokenization import TokenizationSettings
 
 from .agreement import check_against_fairseq
 from .backends import backend_class
-from .decoding import DecodingSettings
+from .config import DistillConfig
 from .output import write_output
 from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
 from .scores import scores
@@ -30,58 +29,6 @@ from .source import token_strings
 from .workers import Session, choose_device, decode_pending, parallelism
 
 logger = logging.getLogger("nat_kd.generate_distilled")
-
-
-@dataclass
-class DistillConfig:
-    teachers: list[str]
-    out_dir: str
-    spm_model: str | None = None  # a shortcut: tokenization=TokenizationSettings.sentencepiece(spm_model)
-    split: str = "train"
-    source: str | None = None  # raw source text (encoded into the teacher's tokens), or the source text of --data
-    data_dir: str | None = None  # fairseq-binarized folder holding SPLIT.SRC-TGT.SRC.{bin,idx}
-    reference: str | None = None  # raw reference targets, line-aligned (default: data_dir's target side, decoded)
-    # text <-> the teacher's tokens (fairseq's --bpe/--tokenizer/--post-process); None: the checkpoint's
-    tokenization: TokenizationSettings | None = None
-    dict_dir: str | None = None  # the teacher's dictionaries (default: the folder it was trained on)
-    decoding: DecodingSettings = field(default_factory=DecodingSettings)
-    name: str | None = None  # recorded in meta.json (default: the output folder's name)
-    max_tokens: int = 12000  # fairseq-generate's default
-    max_sentences: int | None = None
-    chunk_sentences: int = 500
-    num_shards: int | None = None  # default: torchrun's WORLD_SIZE, else 1
-    shard_id: int | None = None  # default: torchrun's RANK, else 0
-    merge_only: bool = False
-    workers: int = 0  # decoding processes on this machine; 0: one per available core (CPU), 1 on GPU
-    threads: int = 0  # torch threads per worker; 0: cores / workers
-    device: str = "auto"  # "cpu", "cuda", or auto
-    progress_bar: bool = True
-    backend: str = "fairseq"  # or "ctranslate2" (nat_kd/distill/backends)
-    compute_type: str = "float32"  # ctranslate2: float32, int8, int8_float32; on a GPU also float16, bfloat16
-    fp16: bool = False  # fairseq on a GPU: the teacher in half precision
-    ct2_cache: str | None = None  # ctranslate2: converted teachers (default: OUT/../.ctranslate2-cache)
-    keep_empty_lines: bool = False  # bin/ keeps the (empty, empty) pairs of empty sources too
-    check_against_fairseq: int = 0  # at the merge: decode this many sentences with the fairseq backend too
-
-    def check(self) -> None:
-        """Options that do not fit together."""
-        if self.backend != "ctranslate2" and self.compute_type != "float32":
-            raise SettingsError(f"--compute-type {self.compute_type} is for --backend ctranslate2; the fairseq "
-                                "backend takes --fp16 (on a GPU)")
-        if self.check_against_fairseq and self.backend == "fairseq":
-            raise SettingsError("--check-against-fairseq compares another backend with fairseq: add --backend "
-                                "ctranslate2")
-        if self.backend != "fairseq" and self.fp16:
-            raise SettingsError("--fp16 is for the fairseq backend; with --backend ctranslate2 use --compute-type "
-                                "float16 (or bfloat16) on a GPU")
-
-    def __post_init__(self):
-        if self.spm_model is not None:
-            if self.tokenization is not None:
-                raise SettingsError("spm_model is a shortcut for tokenization=TokenizationSettings.sentencepiece(...): "
-                                    "give one of the two")
-            self.tokenization = TokenizationSettings.sentencepiece(self.spm_model)
-            self.spm_model = None
 
 
 @dataclass
@@ -121,7 +68,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
-        "seed": cfg.decoding.seed, "backend": backend_class(cfg.backend).describe(cfg, session.device),
+        "seed": cfg.decoding.seed, "backend": session.fingerprint()["backend"],
         "teacher": teacher_meta, "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
         "tokenization": session.tokenization.describe(),
@@ -170,7 +117,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
     session = Session(cfg, device)
     backend = backend_class(cfg.backend)
-    backend.check(session)
+    backend.check(session.backend_settings, session.teacher)
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
     fingerprint = session.fingerprint()
@@ -186,7 +133,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
     decoded, decode_wall = 0, 0.0
     if not cfg.merge_only:
-        backend.prepare(session)
+        backend.prepare(session.backend_settings, session.teacher)
         pending = [i for i in shard_chunks(len(chunks), shard_id, num_shards) if not store.is_done(i)]
         logger.info("%s: %d chunks, %d to decode in %s (%d worker(s) x %d thread(s) on %s)", out_dir,
                     len(chunks), len(pending), label, workers, threads, device)

@@ -12,7 +12,6 @@ import os
 import sys
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,13 +19,11 @@ from nat_kd.analysis.metrics.sentence import SentenceScorer, sacrebleu_statistic
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 
-from .backends import backend_class, build_backend
+from .backends import BackendInputs, BackendSettings, backend_class, build_backend
+from .config import DistillConfig
 from .decoding import build_strategy
 from .progress import PROGRESS_VERSION, ChunkStore
 from .scores import statistics
-
-if TYPE_CHECKING:
-    from .pipeline import DistillConfig
 
 
 def available_cores() -> int:
@@ -60,7 +57,7 @@ def parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
 
 class Session:
     """Everything loaded once per process: teacher, its encoders (tokenization.py), corpus, fairseq dataset,
-    chunk plan."""
+    chunk plan; and what the backend is given of them (``backend_settings``, ``backend_inputs``)."""
 
     def __init__(self, cfg: DistillConfig, device: str = "cpu"):
         from fairseq_plugins.teacher import TeacherEnsemble
@@ -82,6 +79,10 @@ class Session:
             raise SettingsError(f"strategy {self.strategy.name} reranks against the reference: pass --reference, "
                                 "or binarized data (--data) with the split's target side")
         self.dataset = self._dataset()
+        self.backend_settings = BackendSettings(
+            name=cfg.backend, decoding=cfg.decoding, device=device, compute_type=cfg.compute_type, fp16=cfg.fp16,
+            cache=str(cfg.conversion_cache()))
+        self.backend_inputs = BackendInputs(self.teacher, self.corpus.source_tokens, self.dataset)
         if device != "cpu" and cfg.backend == "fairseq":
             import torch
 
@@ -133,7 +134,7 @@ class Session:
             cfg = self.cfg
             self._fingerprint = {
                 "progress_version": PROGRESS_VERSION, "teachers": [sha256_file(p) for p in cfg.teachers],
-                "backend": backend_class(cfg.backend).describe(cfg, self.device),
+                "backend": backend_class(cfg.backend).describe(self.backend_settings),
                 "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                 "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, **self.tokenization.fingerprint(),
@@ -155,7 +156,7 @@ class ChunkDecoder:
         if self.strategy.needs_reference and self.references is None:
             raise SettingsError(f"{self.strategy.name} needs the references (--reference)")
         self.empty = {line - 1 for line in session.corpus.empty_lines}
-        self.backend = backend or build_backend(session, threads)
+        self.backend = backend or build_backend(session.backend_settings, session.backend_inputs, threads)
         self.scorer = SentenceScorer()
         self._last_finish = 0.0
 

@@ -28,18 +28,14 @@ from __future__ import annotations
 import fcntl
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from nat_kd import atomic
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file, sha256_json
 
+from ..decoding import build_strategy
 from ..source import token_strings
-from . import Hypothesis
-
-if TYPE_CHECKING:
-    from ..pipeline import DistillConfig
-    from ..workers import Session
+from .base import BackendInputs, BackendSettings, Hypothesis
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 
@@ -48,19 +44,12 @@ REFUSED = "use --backend fairseq (the default), which decodes any fairseq model"
 CPU_SUB_BATCH_TOKENS = 2048  # faster than whole 12000-token batches on 2 cores (docs/generate_distilled.md)
 
 
-def cache_dir(cfg: DistillConfig) -> Path:
-    """Where converted teachers are kept: --ct2-cache, else beside the output folder (shared by every
-    distilled set written there, so each teacher is converted once)."""
-    return Path(cfg.ct2_cache) if cfg.ct2_cache else Path(cfg.out_dir).resolve().parent / ".ctranslate2-cache"
-
-
-def check(session: Session) -> None:
+def check(settings: BackendSettings, teacher) -> None:
     """Refuse, before converting anything, what this backend cannot decode as the fairseq backend would."""
     import ctranslate2
     from fairseq.models.nat import FairseqNATModel
     from fairseq.models.transformer import TransformerModel
 
-    cfg, teacher = session.cfg, session.teacher
     if len(teacher.models) > 1:
         raise SettingsError(f"the ctranslate2 backend decodes one checkpoint, not an ensemble of "
                             f"{len(teacher.models)} ({', '.join(teacher.paths)}): {REFUSED}")
@@ -71,13 +60,13 @@ def check(session: Session) -> None:
     if getattr(model.decoder, "adaptive_softmax", None) is not None:
         raise SettingsError(f"teacher {teacher.paths[0]} uses an adaptive softmax, which CTranslate2 cannot "
                             f"convert: {REFUSED}")
-    if cfg.decoding.max_len_a != 0:
-        raise SettingsError(f"--max-len-a {cfg.decoding.max_len_a}: CTranslate2 limits outputs to a fixed length "
+    if settings.decoding.max_len_a != 0:
+        raise SettingsError(f"--max-len-a {settings.decoding.max_len_a}: CTranslate2 limits outputs to a fixed length "
                             "(--max-len-b) only; use --max-len-a 0 or --backend fairseq")
-    device = device_and_index(session.device)[0]
+    device = device_and_index(settings.device)[0]
     supported = sorted(ctranslate2.get_supported_compute_types(device))
-    if cfg.compute_type not in supported:
-        raise SettingsError(f"--compute-type {cfg.compute_type}: this machine's {device} supports "
+    if settings.compute_type not in supported:
+        raise SettingsError(f"--compute-type {settings.compute_type}: this machine's {device} supports "
                             f"{', '.join(supported)}")
 
 
@@ -136,22 +125,22 @@ def batch_seed(seed: int, ids: list[int]) -> int:
 class CTranslate2Backend:
     name = "ctranslate2"
 
-    def __init__(self, session: Session, threads: int = 1):
+    def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1):
         import ctranslate2
 
-        cfg, strategy = session.cfg, session.strategy
-        self.session, self.threads = session, threads
-        self.src_dict = session.teacher.src_dict
-        self.source_tokens = session.corpus.source_tokens
-        check(session)
-        self.model_dir = converted_model(session.teacher, cache_dir(cfg))
-        self.device, self.device_index = device_and_index(session.device)
+        strategy, teacher = build_strategy(settings.decoding), inputs.teacher
+        self.threads, self.seed = threads, settings.decoding.seed
+        self.src_dict = teacher.src_dict
+        self.source_tokens = inputs.source_tokens
+        check(settings, teacher)
+        self.model_dir = converted_model(teacher, Path(settings.cache))
+        self.device, self.device_index = device_and_index(settings.device)
         self.sub_batch_tokens = sub_batch_tokens(self.device, strategy.name)
-        self.compute_type = cfg.compute_type
+        self.compute_type = settings.compute_type
         self.sampling = strategy.name in SAMPLING_STRATEGIES
-        s = cfg.decoding
+        s = settings.decoding
         # fairseq's limit: b tokens, then EOS is forced; never past the decoder's positions
-        self.max_length = min(s.max_len_b, session.teacher.max_positions[1] - 1)
+        self.max_length = min(s.max_len_b, teacher.max_positions[1] - 1)
         self.options = dict(beam_size=strategy.beam_size, length_penalty=s.lenpen, max_decoding_length=self.max_length,
                             min_decoding_length=1, max_input_length=0, return_scores=True,
                             num_hypotheses=strategy.beam_size if strategy.needs_reference else 1)
@@ -177,22 +166,23 @@ class CTranslate2Backend:
     check = staticmethod(check)
 
     @staticmethod
-    def prepare(session: Session) -> None:
+    def prepare(settings: BackendSettings, teacher) -> None:
         """Convert (or find) the teacher once, before the workers start and look for it."""
-        converted_model(session.teacher, cache_dir(session.cfg))
+        converted_model(teacher, Path(settings.cache))
 
     @staticmethod
-    def describe(cfg: DistillConfig, device: str) -> dict:
+    def describe(settings: BackendSettings) -> dict:
         """meta.json's ``backend``."""
         import ctranslate2
 
-        sampling = cfg.decoding.strategy in SAMPLING_STRATEGIES
+        strategy = settings.decoding.strategy
         return {"name": CTranslate2Backend.name, "ctranslate2_version": ctranslate2.__version__,
-                "compute_type": cfg.compute_type,
-                "sub_batch_tokens": sub_batch_tokens(device_and_index(device)[0], cfg.decoding.strategy),
+                "compute_type": settings.compute_type,
+                "sub_batch_tokens": sub_batch_tokens(device_and_index(settings.device)[0], strategy),
                 **({"sampling_reproducible": "the same seed and batching (--max-tokens, --max-sentences) give the "
                     "same samples whatever the shards, workers or resumption; another batching gives other "
-                    "samples, and they differ from the fairseq backend's"} if sampling else {})}
+                    "samples, and they differ from the fairseq backend's"}
+                   if strategy in SAMPLING_STRATEGIES else {})}
 
     def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
         """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
@@ -204,7 +194,7 @@ class CTranslate2Backend:
         source = [line.split() for line in token_strings(self.src_dict, [self.source_tokens[i] for i in ids])]
         options = dict(self.options, max_batch_size=self.sub_batch_tokens, batch_type="tokens")
         if self.sampling:
-            self._ctranslate2.set_random_seed(batch_seed(self.session.cfg.decoding.seed, ids))
+            self._ctranslate2.set_random_seed(batch_seed(self.seed, ids))
             results = self._translator(self.files).translate_batch(source, **options)
         else:
             results = self.translator.translate_batch(source, asynchronous=True, **options)
