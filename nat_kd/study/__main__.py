@@ -7,23 +7,18 @@ Per-step logs are in OUT/logs/, step records in OUT/steps/, models and data in O
 from __future__ import annotations
 
 import argparse
-import logging
 import shlex
 import sys
 from pathlib import Path
 
-from nat_kd.cli import run
+from nat_kd.cli import add_verbose_argument, run, setup_logging
 
 from .config import load
 from .steps import Runner
 
 
-def _configure_logging() -> None:
-    # force: importing fairseq's tasks sets the root logger to DEBUG (matplotlib then logs its font search)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", stream=sys.stderr, force=True)
-
-
 def main(argv=None) -> int:
+    setup_logging(argv, fmt="%(asctime)s | %(message)s")
     p = argparse.ArgumentParser(prog="python -m nat_kd.study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="bundled profile (micro, cpu, paper) or a TOML file")
@@ -36,14 +31,13 @@ def main(argv=None) -> int:
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
     p.add_argument("--results-only", action="store_true",
                    help="rewrite the results folder from the step records there are; run nothing")
+    add_verbose_argument(p)
     args = p.parse_args(argv)
     return run(lambda: _study(args, argv))
 
 
 def _study(args, argv) -> int:
     from .plan import build_plan  # imports fairseq
-
-    _configure_logging()
     from .results import write_results  # imports matplotlib
 
     cfg = load(args.config, args.corpus)
