@@ -55,13 +55,18 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     teacher = p.add_argument_group("teacher")
     checkpoints = teacher.add_mutually_exclusive_group(required=True)
-    checkpoints.add_argument("--teacher-path", metavar="CHECKPOINT[:CHECKPOINT...]",
-                             help="teacher checkpoint; several, colon-separated, make an ensemble")
+    checkpoints.add_argument("--teacher-path", metavar="CHECKPOINT[:CHECKPOINT...] | FOLDER",
+                             help="teacher checkpoint; several, colon-separated, make an ensemble; or a published "
+                                  "teacher's folder: CTranslate2 (model.bin) or Hugging Face (MarianMT, M2M100, "
+                                  "NLLB), decoded by CTranslate2 with its own tokenizer")
     checkpoints.add_argument("--teacher", nargs="+", metavar="CHECKPOINT", help="deprecated: --teacher-path A:B")
     dictionaries = teacher.add_mutually_exclusive_group()
     dictionaries.add_argument("--teacher-data", metavar="DIR", help="folder with the teacher's dict.LANG.txt "
                               "(default: the data folder recorded in the checkpoint)")
     dictionaries.add_argument("--dict-dir", metavar="DIR", help="deprecated: --teacher-data")
+    teacher.add_argument("--teacher-src-lang", metavar="CODE", help="a multilingual teacher's source language "
+                         "(NLLB: eng_Latn; M2M100: en)")
+    teacher.add_argument("--teacher-tgt-lang", metavar="CODE", help="its target language (deu_Latn; de)")
     corpus = p.add_argument_group("corpus")
     corpus.add_argument("--prepared", help="nat_kd.prepare output folder: sets --data DIR/bin, the tokenization "
                         "its manifest records (default DIR/spm.model), "
@@ -99,9 +104,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: cores/workers)")
     run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
     backend = p.add_argument_group("backend (docs/generate_distilled.md: which to use)")
-    backend.add_argument("--backend", default="fairseq", choices=list(BACKENDS),
-                         help="fairseq (default, the reference: any architecture, ensembles) or ctranslate2 (the "
-                              "teacher converted once; about twice as fast on a CPU)")
+    backend.add_argument("--backend", choices=list(BACKENDS),
+                         help="fairseq (default for checkpoints, the reference: any architecture, ensembles) or "
+                              "ctranslate2 (the teacher converted once; about twice as fast on a CPU; the only one "
+                              "for a published teacher's folder)")
     backend.add_argument("--compute-type", default="float32",
                          help="ctranslate2: float32 (default), int8, int8_float32; on a GPU also float16, bfloat16")
     backend.add_argument("--fp16", action="store_true", help="fairseq on a GPU: the teacher in half precision")
@@ -133,11 +139,11 @@ def config_from_args(args) -> DistillConfig:
     from .config import DistillConfig
     from .decoding import DecodingSettings
 
-    data, source, reference = args.data, args.source, args.reference
+    data, source, reference, languages = args.data, args.source, args.reference, None
     text_settings = tokenization.settings_from_args(args)
     if args.prepared:
         prepared = PreparedCorpus(args.prepared)
-        src, tgt = prepared.language_pair()
+        src, tgt = languages = prepared.language_pair()
         data = data or str(prepared.bin.root)
         if text_settings is None:
             text_settings = prepared.tokenization()
@@ -155,7 +161,8 @@ def config_from_args(args) -> DistillConfig:
         num_shards=args.num_shards, shard_id=args.shard_id, merge_only=args.merge, workers=args.workers,
         threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar, backend=args.backend,
         compute_type=args.compute_type, fp16=args.fp16, ct2_cache=args.ct2_cache,
-        keep_empty_lines=args.keep_empty_lines, check_against_fairseq=args.check_against_fairseq)
+        keep_empty_lines=args.keep_empty_lines, check_against_fairseq=args.check_against_fairseq,
+        teacher_src_lang=args.teacher_src_lang, teacher_tgt_lang=args.teacher_tgt_lang, languages=languages)
 
 
 def main(argv=None) -> int:

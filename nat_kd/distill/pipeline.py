@@ -63,13 +63,11 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     out = DistilledSet(out_dir)
     bin_left_out = [] if cfg.keep_empty_lines else corpus.empty_lines
-    teacher_meta = {**teacher.describe(), "sha256": session.fingerprint()["teachers"],
-                    "parameters": sum(p.numel() for model in teacher.models for p in model.parameters())}
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
         "seed": cfg.decoding.seed, "backend": session.fingerprint()["backend"],
-        "teacher": teacher_meta, "corpus": corpus.source_description,
+        "teacher": session.describe_teacher(), "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
         "tokenization": session.tokenization.describe(),
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
@@ -93,7 +91,8 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
                  source_text=corpus.source_text, source_tokens=corpus.source_tokens,
                  source_pieces=source_pieces, target_pieces=pieces,
                  target_text=target_text, dict_dir=teacher.dict_dir, meta=meta,
-                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None, bin_left_out=bin_left_out,
+                 data_dir=Path(cfg.data_dir) if cfg.data_dir and not cfg.published_teacher else None,
+                 bin_left_out=bin_left_out,
                  references=corpus.references,
                  sentence_scores=SentenceScores(line_scores, SentenceScorer().settings))
     # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
