@@ -115,6 +115,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                          help="ctranslate2: before writing the set, decode N sentences (spread over the corpus) "
                               "with the fairseq backend too; prints and records (meta.json) the share of identical "
                               "hypotheses and the BLEU difference")
+    backend.add_argument("--check-against-transformers", type=int, default=0, metavar="N",
+                         help="a Hugging Face teacher: the same check against transformers' own generate (same beam, "
+                              "length penalty, maximum length)")
     backend.add_argument("--ct2-cache", metavar="DIR", help="ctranslate2: folder of converted teachers, keyed "
                          "by content hash (default: .ctranslate2-cache beside --out)")
     run.add_argument("--no-progress-bar", action="store_true")
@@ -162,6 +165,7 @@ def config_from_args(args) -> DistillConfig:
         threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar, backend=args.backend,
         compute_type=args.compute_type, fp16=args.fp16, ct2_cache=args.ct2_cache,
         keep_empty_lines=args.keep_empty_lines, check_against_fairseq=args.check_against_fairseq,
+        check_against_transformers=args.check_against_transformers,
         teacher_src_lang=args.teacher_src_lang, teacher_tgt_lang=args.teacher_tgt_lang, languages=languages)
 
 
@@ -177,11 +181,12 @@ def main(argv=None) -> int:
             scores = result.meta.get("scores", {})
             print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {result.meta['strategy']}"
                   + (f", BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} vs reference" if scores else ""))
-            check = result.meta.get("check_against_fairseq")
-            if check:
-                print(f"against the fairseq backend on {check['sentences']} sentences: {check['identical']} identical "
-                      f"hypotheses ({100 * check['identical_share']:.2f}%)"
-                      + (f", BLEU {check['bleu_difference']:+.2f}" if "bleu_difference" in check else ""))
+            for reference, what in (("fairseq", "the fairseq backend"), ("transformers", "transformers' generate")):
+                check = result.meta.get(f"check_against_{reference}")
+                if check:
+                    print(f"against {what} on {check['sentences']} sentences: {check['identical']} identical "
+                          f"hypotheses ({100 * check['identical_share']:.2f}%)"
+                          + (f", BLEU {check['bleu_difference']:+.2f}" if "bleu_difference" in check else ""))
         return 0
 
     return cli.run(body)

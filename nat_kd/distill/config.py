@@ -45,6 +45,7 @@ class DistillConfig:
     ct2_cache: str | None = None  # ctranslate2: converted teachers (default: OUT/../.ctranslate2-cache)
     keep_empty_lines: bool = False  # bin/ keeps the (empty, empty) pairs of empty sources too
     check_against_fairseq: int = 0  # at the merge: decode this many sentences with the fairseq backend too
+    check_against_transformers: int = 0  # the same with transformers' generate (a Hugging Face teacher)
 
     @property
     def published_teacher(self) -> bool:
@@ -78,6 +79,9 @@ class DistillConfig:
         if self.backend != "ctranslate2" and self.compute_type != "float32":
             raise SettingsError(f"--compute-type {self.compute_type} is for --backend ctranslate2; the fairseq "
                                 "backend takes --fp16 (on a GPU)")
+        if self.check_against_transformers and not self.published_teacher:
+            raise SettingsError("--check-against-transformers compares with a Hugging Face teacher's own generate: "
+                                "give its folder as --teacher-path (for a fairseq teacher: --check-against-fairseq)")
         if self.check_against_fairseq and self.backend == "fairseq":
             raise SettingsError("--check-against-fairseq compares another backend with fairseq: add --backend "
                                 "ctranslate2")

@@ -19,7 +19,7 @@ from nat_kd.analysis.metrics.sentence import SentenceScorer, SentenceScores
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
 
-from .agreement import check_against_fairseq
+from .agreement import check_against
 from .backends import backend_class
 from .config import DistillConfig
 from .output import write_output
@@ -39,7 +39,7 @@ class DistillResult:
 
 
 def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float,
-           agreement: dict | None) -> dict:
+           agreement: dict) -> dict:
     cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
     store.check_complete(len(chunks), num_shards)
     out_dir = Path(cfg.out_dir)
@@ -77,7 +77,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "batching": {"max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                      "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
                      "required_batch_size_multiple": 1, "num_shards": num_shards},
-        **({"check_against_fairseq": agreement} if agreement else {}),
+        **agreement,
         "fingerprint": session.fingerprint(), "nat_kd_version": __version__,
         "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
         "files": {"source": out.text(cfg.split, teacher.source_lang).name,
@@ -153,8 +153,9 @@ def distill(cfg: DistillConfig) -> DistillResult:
                       "sentences_decoded_this_run": decoded,
                       "sentences_per_second": round(decoded / decode_wall, 2) if decode_wall > 0 else None,
                       "workers": workers, "threads_per_worker": threads, "device": device}
-            agreement = (check_against_fairseq(session, cfg.check_against_fairseq, workers * threads)
-                         if cfg.check_against_fairseq else None)
+            agreement = {f"check_against_{reference}": check_against(session, reference, count, workers * threads)
+                         for reference, count in (("fairseq", cfg.check_against_fairseq),
+                                                  ("transformers", cfg.check_against_transformers)) if count}
             done = _merge(session, store, chunks, num_shards, timing, started, agreement)
     store.remove()
     return DistillResult(out_dir, True, done)

@@ -31,3 +31,13 @@ class BackendInputs:
     teacher: Any  # fairseq_plugins.teacher.TeacherEnsemble
     source_tokens: list  # torch tensors, each ending with EOS
     dataset: Any  # fairseq's LanguagePairDataset of them (its collater builds the fairseq backend's batches)
+
+
+class DecodedBatch:
+    """A batch already decoded, behind the ``result()`` of a queued one (see ``backends``)."""
+
+    def __init__(self, decoded: list[tuple[int, list[Hypothesis]]]):
+        self.decoded = decoded
+
+    def result(self) -> list[tuple[int, list[Hypothesis]]]:
+        return self.decoded

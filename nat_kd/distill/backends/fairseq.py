@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..decoding import build_strategy
 from ..source import token_strings
-from .base import BackendInputs, BackendSettings, Hypothesis
+from .base import BackendInputs, BackendSettings, DecodedBatch, Hypothesis
 
 
 class FairseqBackend:
@@ -48,13 +48,3 @@ class FairseqBackend:
         pieces = iter(token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for nbest in kept for h in nbest]))
         return [(sentence_id, [Hypothesis(next(pieces), float(h["positional_scores"].float().mean())) for h in nbest])
                 for sentence_id, nbest in zip(sample["id"].tolist(), kept)]
-
-
-class DecodedBatch:
-    """A batch already decoded, behind the ``result()`` of a queued one (see ``backends``)."""
-
-    def __init__(self, decoded: list[tuple[int, list[Hypothesis]]]):
-        self.decoded = decoded
-
-    def result(self) -> list[tuple[int, list[Hypothesis]]]:
-        return self.decoded
