@@ -76,6 +76,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     corpus.add_argument("--reference", help="raw reference targets, line-aligned (needed by seq-inter, and "
                         "for the BLEU/chrF in meta.json; default: --data's target side of the split, decoded)")
     corpus.add_argument("--split", default="train", help="split name (default: train)")
+    corpus.add_argument("--student-data", metavar="DIR", help="the student's nat_kd.prepare folder: bin/ holds the "
+                        "distilled texts re-encoded with its tokenization and dictionaries (and its other splits), "
+                        "whatever the teacher's tokens")
     tokenization.add_arguments(p, sys.argv[1:] if argv is None else argv)
     dec = p.add_argument_group("decoding")
     d = DecodingSettings()
@@ -165,7 +168,7 @@ def config_from_args(args) -> DistillConfig:
         threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar, backend=args.backend,
         compute_type=args.compute_type, fp16=args.fp16, ct2_cache=args.ct2_cache,
         keep_empty_lines=args.keep_empty_lines, check_against_fairseq=args.check_against_fairseq,
-        check_against_transformers=args.check_against_transformers,
+        check_against_transformers=args.check_against_transformers, student_data=args.student_data,
         teacher_src_lang=args.teacher_src_lang, teacher_tgt_lang=args.teacher_tgt_lang, languages=languages)
 
 

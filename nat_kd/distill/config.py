@@ -39,6 +39,7 @@ class DistillConfig:
     backend: str | None = None  # "fairseq" or "ctranslate2" (backends/); None: ctranslate2 for a model folder
     teacher_src_lang: str | None = None  # a multilingual published teacher's language codes (NLLB: eng_Latn)
     teacher_tgt_lang: str | None = None
+    student_data: str | None = None  # a nat_kd.prepare folder: bin/ in the student's tokens (student.py)
     languages: tuple[str, str] | None = None  # the output files' suffixes (default: --source's and --reference's)
     compute_type: str = "float32"  # ctranslate2: float32, int8, int8_float32; on a GPU also float16, bfloat16
     fp16: bool = False  # fairseq on a GPU: the teacher in half precision

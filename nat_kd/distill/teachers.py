@@ -79,6 +79,14 @@ def _dictionary(tokens: list[str]):
     return dictionary
 
 
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise SettingsError("a Hugging Face teacher needs transformers: pip install 'nat-kd[huggingface]'") from None
+    return transformers
+
+
 class Codec:
     """Text <-> the teacher's tokens for one side, as tokenization.Tokenization (encode_all, decode_all)."""
 
@@ -133,8 +141,9 @@ class PublishedTeacher:
     def _converted(self, cache: Path) -> Path:
         """The Hugging Face model in CTranslate2's format, converted on first use into ``cache``."""
         import ctranslate2
-        import transformers
         from ctranslate2.converters import TransformersConverter
+
+        transformers = _transformers()
 
         key = sha256_json({"teacher": self.sha256, "ctranslate2": ctranslate2.__version__,
                            "transformers": transformers.__version__})
@@ -194,7 +203,7 @@ class PublishedTeacher:
                 [token(tgt, target_vocabulary, "--teacher-tgt-lang")])
 
     def _transformers_codecs(self) -> tuple[Codec, Codec]:
-        from transformers import AutoTokenizer
+        AutoTokenizer = _transformers().AutoTokenizer
 
         # M2M100's and NLLB's tokenizers take the codes as the user gives them (en; eng_Latn)
         kwargs = {"src_lang": self.codes[0], "tgt_lang": self.codes[1]} if self.multilingual else {}
@@ -238,8 +247,8 @@ class PublishedTeacher:
     def describe(self) -> dict:
         import ctranslate2
 
-        about = {"name": self.path.name, "path": str(self.path.resolve()), "kind": self.kind,
-                 "sha256": self.sha256, "source_lang": self.source_lang, "target_lang": self.target_lang,
+        about = {"name": self.path.name, "checkpoints": [str(self.path.resolve())], "kind": self.kind,
+                 "arch": [self.model_type or "ctranslate2"], "sha256": [self.sha256], "parameters": None, "source_lang": self.source_lang, "target_lang": self.target_lang,
                  "language_codes": list(self.codes) if self.multilingual else None,
                  "target_prefix": self.target_prefix, "dictionary_size": len(self.tgt_dict),
                  "max_positions": list(self.max_positions), "ctranslate2_model": str(self.model_dir)}
@@ -250,7 +259,8 @@ class PublishedTeacher:
                          converter="ctranslate2.converters.TransformersConverter",
                          converter_version=ctranslate2.__version__, transformers_version=transformers.__version__)
         else:
-            about.update(tokenizer="sentencepiece", tokenizer_files=self.tokenizer_files, converter=None)
+            about.update(tokenizer="sentencepiece", tokenizer_files=self.tokenizer_files, converter=None,
+                         converter_version=None)
         return about
 
     @property

@@ -25,6 +25,7 @@ from .decoding import build_strategy
 from .progress import PROGRESS_VERSION, ChunkStore
 from .scores import statistics
 from .source import load_corpus
+from .student import StudentData
 from .teachers import PublishedTeacher, teacher_sha256
 
 
@@ -160,15 +161,22 @@ class Session:
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                 "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, **self.tokenization.fingerprint(),
                 "keep_empty_lines": cfg.keep_empty_lines}
+            if cfg.student_data:  # absent otherwise: earlier sets keep their fingerprint
+                self._fingerprint["student_data"] = StudentData(
+                    cfg.student_data, self.teacher.source_lang, self.teacher.target_lang).fingerprint()
         return self._fingerprint
 
     def describe_teacher(self) -> dict:
         """meta.json's ``teacher``."""
         if isinstance(self.teacher, PublishedTeacher):
             return self.teacher.describe()
+        converted = self.cfg.backend == "ctranslate2"
         return {**self.teacher.describe(), "name": Path(self.cfg.teachers[0]).name,
                 "sha256": self.fingerprint()["teachers"],
-                "parameters": sum(p.numel() for model in self.teacher.models for p in model.parameters())}
+                "parameters": sum(p.numel() for model in self.teacher.models for p in model.parameters()),
+                "converter": "ctranslate2.converters.FairseqConverter" if converted else None,
+                "converter_version": backend_class("ctranslate2").describe(self.backend_settings)[
+                    "ctranslate2_version"] if converted else None}
 
     def decoder(self, threads: int = 1) -> ChunkDecoder:
         return ChunkDecoder(self, threads)
