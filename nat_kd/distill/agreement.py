@@ -24,6 +24,12 @@ def sample_batches(session: Session, count: int) -> list[list[int]]:
     return [picked[start:start + BATCH_SENTENCES] for start in range(0, len(picked), BATCH_SENTENCES)]
 
 
+def check_references(session: Session) -> None:
+    """Refuse a check the run cannot make, before anything is decoded."""
+    if session.cfg.check_against_transformers:
+        TransformersBackend.check(session.backend_settings, session.teacher)
+
+
 def check_against(session: Session, reference: str, count: int, threads: int) -> dict:
     """The agreement of the configured backend with ``reference`` ("fairseq" or "transformers") on ``count``
     sentences: meta.json's ``check_against_REFERENCE``."""

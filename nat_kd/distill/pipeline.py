@@ -19,7 +19,7 @@ from nat_kd.analysis.metrics.sentence import SentenceScorer, SentenceScores
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
 
-from .agreement import check_against
+from .agreement import check_against, check_references
 from .backends import backend_class
 from .config import DistillConfig
 from .output import write_output
@@ -130,6 +130,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     session = Session(cfg, device)
     backend = backend_class(cfg.backend)
     backend.check(session.backend_settings, session.teacher)
+    check_references(session)
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
     fingerprint = session.fingerprint()

@@ -31,8 +31,9 @@ logger = logging.getLogger("nat_kd.generate_distilled")
 MODEL_TYPES = {"marian": "MarianMT", "m2m_100": "M2M100 or NLLB"}
 MULTILINGUAL = ("m2m_100",)
 SHARED_SENTENCEPIECE = ("sentencepiece.bpe.model", "sentencepiece.model", "spm.model")
-# without a limit in the model folder: CTranslate2 decodes inputs this long (its own max_input_length default)
-DEFAULT_MAX_POSITIONS = 1024
+# a CTranslate2 folder does not say how many positions its model has: the fewest of the supported families
+# (MarianMT's 512; M2M100 and NLLB have 1024), so that no source runs past them
+DEFAULT_MAX_POSITIONS = 512
 
 
 def is_published(path: str | Path) -> bool:
@@ -88,13 +89,14 @@ def _transformers():
 
 
 class Codec:
-    """Text <-> the teacher's tokens for one side, as tokenization.Tokenization (encode_all, decode_all)."""
+    """Text <-> the teacher's tokens for one side, as tokenization.Tokenization (encode_all, decode_all). An
+    empty line has no tokens (not even a language token): the generator leaves it out, as for any teacher."""
 
     def __init__(self, encode, decode):
         self.encode, self.decode = encode, decode
 
     def encode_all(self, lines: list[str]) -> list[str]:
-        return [self.encode(line) for line in lines]
+        return [self.encode(line) if line.strip() else "" for line in lines]
 
     def decode_all(self, lines: list[str]) -> list[str]:
         return [self.decode(line) for line in lines]
@@ -208,14 +210,13 @@ class PublishedTeacher:
         # M2M100's and NLLB's tokenizers take the codes as the user gives them (en; eng_Latn)
         kwargs = {"src_lang": self.codes[0], "tgt_lang": self.codes[1]} if self.multilingual else {}
         self.tokenizer = tokenizer = AutoTokenizer.from_pretrained(str(self.path), **kwargs)
-        skipped = set(tokenizer.all_special_tokens)
 
         def tokens(ids: list[int]) -> str:
             pieces = tokenizer.convert_ids_to_tokens(ids)
             return " ".join(pieces[:-1] if pieces and pieces[-1] == tokenizer.eos_token else pieces)
 
-        def decode(line: str) -> str:
-            return tokenizer.convert_tokens_to_string([t for t in line.split() if t not in skipped])
+        def decode(line: str) -> str:  # as the tokenizer decodes the model's output ids
+            return tokenizer.decode(tokenizer.convert_tokens_to_ids(line.split()), skip_special_tokens=True)
 
         # the source as the tokenizer writes a model input (the source language's token first, EOS last: EOS
         # is appended to every sentence again when it is decoded); the target only gives the references' lengths
@@ -234,11 +235,16 @@ class PublishedTeacher:
             pair = [shared[0], shared[0]]
         self.tokenizer_files = [str(p) for p in pair]
         models = [sentencepiece.SentencePieceProcessor(model_file=str(p)) for p in pair]
-        skipped = {self.eos, "<s>", "<pad>", *self.source_prefix, *self.target_prefix}
+        skipped = {self.eos, "<s>", "<pad>", "<unk>", *self.source_prefix, *self.target_prefix}
+
+        def decode(line: str) -> str:
+            # fairseq's (and Hugging Face's) reading of pieces: "▁" starts a word. Not the model's
+            # decode_pieces, which keeps the "▁" of a piece it does not know: a shared vocabulary holds the
+            # other language's pieces too
+            return "".join(t for t in line.split() if t not in skipped).replace("▁", " ").strip()
 
         def codec(model, prefix: list[str]) -> Codec:
-            return Codec(lambda line: " ".join(prefix + model.encode(line, out_type=str)),
-                         lambda line: model.decode_pieces([t for t in line.split() if t not in skipped]))
+            return Codec(lambda line: " ".join(prefix + model.encode(line, out_type=str)), decode)
 
         return codec(models[0], self.source_prefix), codec(models[1], self.target_prefix)
 

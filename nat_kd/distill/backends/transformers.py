@@ -23,16 +23,21 @@ SAMPLING_STRATEGIES = ("sampling", "topk", "topp")
 class TransformersBackend:
     name = "transformers"
 
+    @staticmethod
+    def check(settings: BackendSettings, teacher) -> None:
+        """Refuse, before anything is decoded, what it cannot compare."""
+        if settings.decoding.strategy in SAMPLING_STRATEGIES:
+            raise SettingsError(f"--check-against-transformers compares searches, not samples: it needs --strategy "
+                                f"beam, greedy or seq-inter, not {settings.decoding.strategy}")
+        if getattr(teacher, "kind", None) != "transformers":
+            raise SettingsError("--check-against-transformers needs a Hugging Face teacher folder (--teacher-path)")
+
     def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1):
         import torch
         from transformers import AutoModelForSeq2SeqLM
 
         strategy, teacher = build_strategy(settings.decoding), inputs.teacher
-        if strategy.name in SAMPLING_STRATEGIES:
-            raise SettingsError(f"--check-against-transformers compares searches, not samples: it needs --strategy "
-                                f"beam, greedy or seq-inter, not {strategy.name}")
-        if getattr(teacher, "kind", None) != "transformers":
-            raise SettingsError("--check-against-transformers needs a Hugging Face teacher folder (--teacher-path)")
+        self.check(settings, teacher)
         torch.set_num_threads(threads)
         self.torch, self.tokenizer = torch, teacher.tokenizer
         self.model = AutoModelForSeq2SeqLM.from_pretrained(str(teacher.path)).eval()
