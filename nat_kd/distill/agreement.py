@@ -57,5 +57,5 @@ def check_against(session: Session, reference: str, count: int, threads: int) ->
                        "bleu_difference": round(bleu[ours] - bleu[reference], 4)})
     logger.info("check against %s on %d sentences: %d identical (%.2f%%)%s", reference, len(ids), identical,
                 100 * result["identical_share"],
-                f", BLEU {result['bleu_difference']:+.2f} vs {reference}'s" if "bleu_difference" in result else "")
+                f", BLEU {result['bleu_difference']:+.2f} against {reference}" if "bleu_difference" in result else "")
     return result
