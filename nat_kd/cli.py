@@ -27,10 +27,10 @@ def setup_logging(argv: Sequence[str] | None = None, fmt: str = LOG_FORMAT) -> N
 
     Called first thing in a command's main, before its parser is built: building one can import fairseq
     (the generator adds the options of fairseq's encoders), whose import logs already; --help among them.
-    ``force``: the root handler is ours even if something configured logging earlier; once it is there,
-    the ``logging.basicConfig`` calls that fairseq's modules make when imported change nothing."""
+    Once the root handler is ours, the ``logging.basicConfig`` calls that fairseq's modules make when imported
+    change nothing (and a handler already there, such as pytest's, is kept)."""
     verbose = VERBOSE in (sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format=fmt, force=True)
+    logging.basicConfig(level=logging.INFO, format=fmt)
     for name in FAIRSEQ_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
 

@@ -41,11 +41,8 @@ def is_published(path: str | Path) -> bool:
     return Path(path).is_dir()
 
 
-def teacher_sha256(path: str | Path) -> str:
-    """A checkpoint's bytes, or a folder's files (names relative to it, and bytes)."""
-    path = Path(path)
-    if not path.is_dir():
-        return sha256_file(path)
+def folder_sha256(path: Path) -> str:
+    """A folder's files: their names relative to it, and their bytes."""
     digest = hashlib.sha256()
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         digest.update(f"{file.relative_to(path).as_posix()}\0{sha256_file(file)}\n".encode())
@@ -113,7 +110,7 @@ class PublishedTeacher:
         self.paths = [str(self.path)]
         self.source_lang, self.target_lang = languages
         self.codes = codes
-        self.sha256 = teacher_sha256(self.path)
+        self.sha256 = folder_sha256(self.path)
         if (self.path / "model.bin").is_file():
             self.kind, self.model_type, self.model_dir = "ctranslate2", None, self.path
             config = {}

@@ -18,6 +18,7 @@ import numpy as np
 
 from nat_kd.analysis.metrics.sentence import SentenceScorer, sacrebleu_statistics
 from nat_kd.errors import SettingsError
+from nat_kd.hashing import sha256_file
 
 from .backends import BackendInputs, BackendSettings, backend_class, build_backend
 from .config import DistillConfig
@@ -26,7 +27,7 @@ from .progress import PROGRESS_VERSION, ChunkStore
 from .scores import statistics
 from .source import load_corpus
 from .student import StudentData
-from .teachers import PublishedTeacher, teacher_sha256
+from .teachers import PublishedTeacher
 
 
 def available_cores() -> int:
@@ -155,7 +156,8 @@ class Session:
         if not hasattr(self, "_fingerprint"):
             cfg = self.cfg
             self._fingerprint = {
-                "progress_version": PROGRESS_VERSION, "teachers": [teacher_sha256(p) for p in cfg.teachers],
+                "progress_version": PROGRESS_VERSION, "teachers": [self.teacher.sha256] if isinstance(self.teacher, PublishedTeacher)
+                else [sha256_file(p) for p in cfg.teachers],
                 "backend": backend_class(cfg.backend).describe(self.backend_settings),
                 "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
