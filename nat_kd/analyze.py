@@ -15,7 +15,7 @@ import numpy as np
 from nat_kd.analysis.align import AlignerOptions
 from nat_kd.analysis.formats import format_alignments, format_table, iter_parallel_tokens, read_alignments, read_table
 from nat_kd.atomic import write_text, writing
-from nat_kd.cli import run
+from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_file
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
 from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs
@@ -236,6 +236,7 @@ def cmd_card(args):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nat-kd-analyze", description=__doc__.splitlines()[0])
+    add_verbose_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("align", help="fast_align-compatible word alignment (Pharaoh links, -p table)")
@@ -331,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    setup_logging(argv)
     args = build_parser().parse_args(argv)
     return run(lambda: args.func(args))
 

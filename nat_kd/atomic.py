@@ -71,3 +71,20 @@ def remove_stale_builds(final: str | os.PathLike) -> None:
     final = Path(final)
     for stale in final.parent.glob(f".{final.name}.*.tmp"):
         shutil.rmtree(stale, ignore_errors=True)
+
+
+def build_once(final: str | os.PathLike, build) -> Path:
+    """``final``, a folder built by ``build(work_dir)`` the first time it is asked for and renamed into place
+    whole; a second process asking meanwhile (another shard, a worker) waits for the first one's build."""
+    import fcntl
+
+    final = Path(final)
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not final.is_dir():
+            with building_directory(final) as work:
+                build(work)
+    return final

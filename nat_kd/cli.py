@@ -1,17 +1,38 @@
-"""What every nat_kd command line shares: its logging set-up, and the toolkit's errors as exit status 2."""
+"""What every nat_kd command line shares: its logging set-up (``--verbose``), and the toolkit's errors as exit
+status 2."""
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
-from typing import Callable
+from typing import Callable, Sequence
 
 from .errors import NatKdError
 
 LOG_FORMAT = "%(asctime)s | %(name)s | %(message)s"
+VERBOSE = "--verbose"
+# fairseq's loggers: their INFO lines (model loading, task set-up, and the "Please install tensorboardX" that
+# fairseq.tasks.text_to_speech logs when it is imported) are shown only with --verbose
+FAIRSEQ_LOGGERS = ("fairseq", "fairseq_cli")
 
 
-def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(VERBOSE, action="store_true", help="show fairseq's INFO messages too (default: only its "
+                        "warnings and errors, between the toolkit's own lines)")
+
+
+def setup_logging(argv: Sequence[str] | None = None, fmt: str = LOG_FORMAT) -> None:
+    """The toolkit's INFO lines, and fairseq's from WARNING up unless ``--verbose`` is in ``argv`` (default:
+    sys.argv).
+
+    Called first thing in a command's main, before its parser is built: building one can import fairseq
+    (the generator adds the options of fairseq's encoders), whose import logs already; --help among them.
+    Once the root handler is ours, the ``logging.basicConfig`` calls that fairseq's modules make when imported
+    change nothing (and a handler already there, such as pytest's, is kept)."""
+    verbose = VERBOSE in (sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format=fmt)
+    for name in FAIRSEQ_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
 
 
 def is_toolkit_error(err: BaseException) -> bool:

@@ -253,12 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_argument("--target-complexity", type=float, metavar="C",
                        help="then replace the worst lines first until the mix's C(d) reaches C")
     rules.add_argument("--worst-by", choices=WORST_BY, default="bleu", help="what 'worst' means (default bleu)")
+    cli.add_verbose_argument(p)
     return p
 
 
 def main(argv=None) -> int:
+    cli.setup_logging(argv)
     args = build_parser().parse_args(argv)
-    cli.setup_logging()
 
     def body():
         rule = MixRule(args.bleu_below, args.chrf_below, args.logprob_below, args.repeated, args.target_complexity,

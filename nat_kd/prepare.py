@@ -267,6 +267,7 @@ def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int = 2, fo
 
 
 def main(argv=None) -> int:
+    cli.setup_logging(argv)
     parser = argparse.ArgumentParser(prog="python -m nat_kd.prepare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--src", default="en", help=f"source language (Multi30k: {', '.join(LANGUAGES)}; any code "
@@ -291,8 +292,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out-dir", default=None, help="output folder (default: data/multi30k.SRC-TGT.spmV)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
+    cli.add_verbose_argument(parser)
     args = parser.parse_args(argv)
-    cli.setup_logging()
 
     def body() -> int:
         cfg = PrepareConfig(args.src, args.tgt, args.vocab_size, args.spm_model_type, args.train_limit,

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fairseq_plugins.criterions.topk import (FORMAT_VERSION, TopKError, array_path, dictionary_hash, index_dtype,
-                                             target_rows)
-from fairseq_plugins.teacher import TeacherEnsemble
 
 from . import atomic, cli
+
+# fairseq and the plugin are imported inside the functions, after main has set up logging: importing fairseq
+# logs already (nat_kd.cli.setup_logging)
 
 logger = logging.getLogger("nat_kd.teacher_topk")
 # float16 cannot hold -inf-like values; real log-probabilities are far above this
@@ -35,6 +35,10 @@ def compute_teacher_topk(data_bin, teacher_path: str, out_dir, k: int = 8, split
     import torch
     from fairseq import tasks, utils
     from omegaconf import open_dict
+
+    from fairseq_plugins.criterions.topk import (FORMAT_VERSION, TopKError, array_path, dictionary_hash,
+                                                 index_dtype, target_rows)
+    from fairseq_plugins.teacher import TeacherEnsemble
 
     if dtype not in ("float16", "float32"):
         raise TopKError(f"--dtype {dtype}: choose float16 or float32")
@@ -94,6 +98,7 @@ def compute_teacher_topk(data_bin, teacher_path: str, out_dir, k: int = 8, split
 
 
 def main(argv=None) -> int:
+    cli.setup_logging(argv)
     parser = argparse.ArgumentParser(prog="python -m nat_kd.teacher_topk", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data_bin", help="fairseq binarized data folder (the student's)")
@@ -106,8 +111,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tokens", type=int, default=8192)
     parser.add_argument("--teacher-data", default=None,
                         help="folder with the teacher's dictionaries (default: the one recorded in its checkpoint)")
+    cli.add_verbose_argument(parser)
     args = parser.parse_args(argv)
-    cli.setup_logging()
 
     def body() -> int:
         print(compute_teacher_topk(args.data_bin, args.teacher_path, args.out, args.k,

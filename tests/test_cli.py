@@ -50,3 +50,49 @@ def test_generator_teacher_options_new_and_deprecated_spelling(capsys):
         build_parser().parse_args(["--teacher-path", "a.pt", "--teacher", "b.pt", *common])
     with pytest.raises(SystemExit):  # a teacher is required
         build_parser().parse_args(common)
+
+
+# A command run as ``python -m`` runs it (runpy), then fairseq's loggers are probed in the same process.
+PROBE = """
+import logging, runpy, sys
+module, args = sys.argv[1], sys.argv[2:]
+sys.argv = [module, *args]
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+import fairseq.tasks.text_to_speech  # already imported by the command, or imported now
+logging.getLogger("fairseq.tasks.translation").info("probe: fairseq info")
+logging.getLogger("fairseq_cli.train").warning("probe: fairseq warning")
+logging.getLogger("nat_kd.generate_distilled").info("probe: toolkit info")
+"""
+COMMANDS = ["nat_kd.generate_distilled", "nat_kd.distill", "nat_kd.analyze", "nat_kd.prepare", "nat_kd.study",
+            "nat_kd.teacher_topk", "nat_kd.mix"]
+
+
+def run_probe(module: str, *args: str) -> str:
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, "-c", PROBE, module, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_fairseq_logs_only_warnings_unless_verbose(module):
+    """--help included: fairseq's INFO lines (the tensorboardX hint it logs as it is imported among them) are
+    not shown; its warnings and the toolkit's own INFO lines are."""
+    out = run_probe(module, "--help")
+    assert "usage:" in out and "--verbose" in out
+    assert "tensorboardX" not in out and "probe: fairseq info" not in out
+    assert "probe: fairseq warning" in out and "probe: toolkit info" in out
+
+
+@pytest.mark.parametrize("module", ["nat_kd.generate_distilled", "nat_kd.teacher_topk"])
+def test_verbose_shows_fairseqs_info(module):
+    out = run_probe(module, "--verbose", "--help")
+    assert "Please install tensorboardX" in out and "probe: fairseq info" in out and "probe: toolkit info" in out

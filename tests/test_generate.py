@@ -500,3 +500,37 @@ def test_report_adds_frs_and_the_data_measures_to_the_card(runs, corpus, tmp_pat
     assert card["analysis"]["frequency_buckets"] == report["rows"][1]["frequency_buckets"]
     assert card["analysis"]["signatures"]["complexity"].startswith("complexity|tok:13a|lc:yes|aligner:builtin(")
     assert "### Source words by frequency" in (out / "CARD.md").read_text()
+
+
+def test_student_data_binarizes_a_fairseq_teachers_set_in_another_vocabulary(teacher, tiny_en_de, corpus,
+                                                                             tmp_path_factory):
+    """--student-data with a fairseq teacher: bin/ holds the texts encoded by the student's sentencepiece model
+    (200 pieces, not the teacher's 300) and its dictionaries, <unk> counted as fairseq-preprocess counts it;
+    spm/ keeps the teacher's pieces."""
+    import sentencepiece
+    from fairseq.data import Dictionary
+
+    from nat_kd.distill.source import load_binarized
+    from nat_kd.prepare import PrepareConfig, prepare
+
+    student = prepare(PrepareConfig("en", "de", vocab_size=200, train_limit=203),
+                      out_dir=tmp_path_factory.mktemp("student") / "en-de")
+    result = distill(config(teacher, tiny_en_de, corpus, tmp_path_factory.mktemp("s") / "o", strategy="greedy",
+                            student_data=str(student)))
+    out, model = result.out_dir, sentencepiece.SentencePieceProcessor(model_file=str(student / "spm.model"))
+    kept = [i for i in range(N_LINES) if i + 1 != EMPTY_LINE]  # bin/ leaves the empty source out
+    recorded = result.meta["student_vocabulary"]
+    for lang, side in (("en", "source"), ("de", "target")):
+        dictionary = Dictionary.load(str(student / "bin" / f"dict.{lang}.txt"))
+        expected = [model.encode(lines(out / f"valid.{lang}")[i], out_type=str) for i in kept]
+        stored = load_binarized(out / "bin", "valid", lang, "en-de", dictionary)
+        assert [dictionary.string(t).split() for t in stored] == [
+            [p if p in dictionary.indices else "<unk>" for p in pieces] for pieces in expected]
+        assert recorded[side] == {"tokens": sum(map(len, expected)),
+                                  "unk": sum(p not in dictionary.indices for e in expected for p in e),
+                                  "unk_share": pytest.approx(recorded[side]["unk"] / sum(map(len, expected)),
+                                                             abs=1e-6)}
+    assert lines(out / "spm" / "valid.de") == lines(distill(config(teacher, tiny_en_de, corpus,
+                                                                   tmp_path_factory.mktemp("t") / "o",
+                                                                   strategy="greedy")).out_dir / "spm" / "valid.de")
+    assert "Student vocabulary" in (out / "CARD.md").read_text()

@@ -6,6 +6,7 @@ import torch
 
 from nat_kd.analysis.metrics.sentence import SentenceScores
 from nat_kd.distill import DistillConfig, distill
+from nat_kd.distill.backends import BackendSettings
 from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.errors import SettingsError
 from test_generate import (EMPTY_LINE, N_LINES, cli, config, corpus, kill_after_first_chunk_and_resume,  # noqa: F401
@@ -215,11 +216,10 @@ def test_what_ctranslate2_cannot_convert_is_refused_first(arch, overrides, messa
     from nat_kd.distill.backends.ctranslate2 import check
 
     model = build_model(arch, 120, **overrides)
-    session = SimpleNamespace(
-        cfg=SimpleNamespace(decoding=DecodingSettings(), compute_type="float32"), device="cpu",
-        teacher=SimpleNamespace(models=(model,), paths=["teacher.pt"], archs=[arch]))
+    settings = BackendSettings(name="ctranslate2", decoding=DecodingSettings())
+    teacher = SimpleNamespace(models=(model,), paths=["teacher.pt"], archs=[arch])
     if message is None:
-        check(session)  # the transformer teacher itself is accepted
+        check(settings, teacher)  # the transformer teacher itself is accepted
         return
     with pytest.raises(SettingsError, match=message + r".*--backend fairseq"):
-        check(session)
+        check(settings, teacher)

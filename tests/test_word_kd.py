@@ -11,7 +11,8 @@ from fairseq.data import Dictionary
 from fairseq_plugins.criterions.nat_word_kd import at_inputs_from_nat_sample
 from fairseq_plugins.teacher import TeacherEnsemble, TeacherError, check_same_dictionary
 from fairseq_plugins.criterions.word_kd import WordKDConfig, WordKDCriterion, soft_kl, word_kd_loss
-from nat_kd.teacher_topk import TopKError, compute_teacher_topk
+from fairseq_plugins.criterions.topk import TopKError
+from nat_kd.teacher_topk import compute_teacher_topk
 
 from conftest import MICRO_MODEL
 

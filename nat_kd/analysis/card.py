@@ -61,9 +61,11 @@ def build_card(meta: dict, *, source: list[str], reference: list[str] | None, ta
     picked = sorted(rng.choice(len(target), size=min(EXAMPLES, len(target)), replace=False).tolist())
     return {
         "name": meta.get("name"), "nat_kd_version": __version__,
-        "teacher": {"checkpoints": teacher.get("checkpoints"), "sha256": teacher.get("sha256"),
-                    "architecture": teacher.get("arch"), "parameters": teacher.get("parameters"),
-                    "validation_bleu": teacher_valid_bleu},
+        "teacher": {"name": teacher.get("name"), "checkpoints": teacher.get("checkpoints"),
+                    "sha256": teacher.get("sha256"), "architecture": teacher.get("arch"),
+                    "parameters": teacher.get("parameters"), "converter": teacher.get("converter"),
+                    "converter_version": teacher.get("converter_version"), "validation_bleu": teacher_valid_bleu},
+        "student_vocabulary": _student_vocabulary(meta.get("student_vocabulary")),
         # what the targets depend on; not batching or sharding, so a sharded run's card is an unsharded one's
         "decoding": {"backend": meta.get("backend", {"name": "fairseq"}), "strategy": meta.get("strategy"),
                      "settings": meta.get("settings")},
@@ -79,6 +81,17 @@ def build_card(meta: dict, *, source: list[str], reference: list[str] | None, ta
             {"line": i + 1, "source": source[i], "reference": reference[i] if reference else None,
              "distilled": target[i]} for i in picked]},
     }
+
+
+def _student_vocabulary(recorded: dict | None) -> dict | None:
+    """meta.json's student_vocabulary: the share of target tokens that are <unk> in the student's dictionary,
+    flagged above its warning share."""
+    if not recorded:
+        return None
+    share = recorded["target"]["unk_share"]
+    return {"dictionaries": recorded["dictionaries"], "target_tokens": recorded["target"]["tokens"],
+            "target_unk": recorded["target"]["unk"], "target_unk_share": share,
+            "source_unk_share": recorded["source"]["unk_share"], "warning": share > recorded["unk_warning_share"]}
 
 
 def _number(value, spec=".4f") -> str:
@@ -100,6 +113,18 @@ def card_markdown(card: dict, figure_name: str) -> str:
     if t["validation_bleu"] is None:
         out.append("Validation BLEU: not known (give it with "
                    "`python -m nat_kd.analyze card DIR --teacher-valid-bleu B`).\n")
+    if t.get("converter"):
+        out.append(f"Teacher `{t['name']}`, converted to CTranslate2 by `{t['converter']}` "
+                   f"{t['converter_version']}.\n")
+    student = card.get("student_vocabulary")
+    if student:
+        out += ["## Student vocabulary", "",
+                f"bin/ is in the student's tokens and dictionaries ({student['dictionaries']}): "
+                f"{student['target_unk']} of {student['target_tokens']} target tokens "
+                f"({100 * student['target_unk_share']:.2f}%) are `<unk>` there, "
+                f"{100 * student['source_unk_share']:.2f}% of the source tokens."
+                + (" **Warning: the student's vocabulary misses much of what the teacher writes.**"
+                   if student["warning"] else ""), ""]
     backend = ", ".join(f"{k}={v}" for k, v in d["backend"].items() if k != "name")
     out += ["## Decoding", "", f"Backend `{d['backend']['name']}`" + (f" ({backend})" if backend else "")
             + f", strategy `{d['strategy']}`: "

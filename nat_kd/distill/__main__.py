@@ -34,28 +34,40 @@ from __future__ import annotations
 import argparse
 import sys
 
+from typing import TYPE_CHECKING
+
 from nat_kd import cli, tokenization
 from nat_kd.artifacts import PreparedCorpus
 
-from .backends import BACKENDS
-from .cluster import add_arguments as add_cluster_arguments
-from .decoding import STRATEGIES, DecodingSettings
+if TYPE_CHECKING:
+    from .config import DistillConfig
+
+# The generator's own modules are imported inside the functions below, after main has set up logging:
+# importing them imports fairseq, which logs as it loads (nat_kd.cli.setup_logging).
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; the options of the --bpe and --tokenizer named in ``argv`` (default: sys.argv) are added
     as fairseq adds them."""
+    from .backends import BACKENDS
+    from .decoding import STRATEGIES, DecodingSettings
+
     p = argparse.ArgumentParser(prog="python -m nat_kd.generate_distilled", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     teacher = p.add_argument_group("teacher")
     checkpoints = teacher.add_mutually_exclusive_group(required=True)
-    checkpoints.add_argument("--teacher-path", metavar="CHECKPOINT[:CHECKPOINT...]",
-                             help="teacher checkpoint; several, colon-separated, make an ensemble")
+    checkpoints.add_argument("--teacher-path", metavar="CHECKPOINT[:CHECKPOINT...] | FOLDER",
+                             help="teacher checkpoint; several, colon-separated, make an ensemble; or a published "
+                                  "teacher's folder: CTranslate2 (model.bin) or Hugging Face (MarianMT, M2M100, "
+                                  "NLLB), decoded by CTranslate2 with its own tokenizer")
     checkpoints.add_argument("--teacher", nargs="+", metavar="CHECKPOINT", help="deprecated: --teacher-path A:B")
     dictionaries = teacher.add_mutually_exclusive_group()
     dictionaries.add_argument("--teacher-data", metavar="DIR", help="folder with the teacher's dict.LANG.txt "
                               "(default: the data folder recorded in the checkpoint)")
     dictionaries.add_argument("--dict-dir", metavar="DIR", help="deprecated: --teacher-data")
+    teacher.add_argument("--teacher-src-lang", metavar="CODE", help="a multilingual teacher's source language "
+                         "(NLLB: eng_Latn; M2M100: en)")
+    teacher.add_argument("--teacher-tgt-lang", metavar="CODE", help="its target language (deu_Latn; de)")
     corpus = p.add_argument_group("corpus")
     corpus.add_argument("--prepared", help="nat_kd.prepare output folder: sets --data DIR/bin, the tokenization "
                         "its manifest records (default DIR/spm.model), "
@@ -65,6 +77,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     corpus.add_argument("--reference", help="raw reference targets, line-aligned (needed by seq-inter, and "
                         "for the BLEU/chrF in meta.json; default: --data's target side of the split, decoded)")
     corpus.add_argument("--split", default="train", help="split name (default: train)")
+    corpus.add_argument("--student-data", metavar="DIR", help="the student's nat_kd.prepare folder: bin/ holds the "
+                        "distilled texts re-encoded with its tokenization and dictionaries (and its other splits), "
+                        "whatever the teacher's tokens")
     tokenization.add_arguments(p, sys.argv[1:] if argv is None else argv)
     dec = p.add_argument_group("decoding")
     d = DecodingSettings()
@@ -93,9 +108,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: cores/workers)")
     run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
     backend = p.add_argument_group("backend (docs/generate_distilled.md: which to use)")
-    backend.add_argument("--backend", default="fairseq", choices=list(BACKENDS),
-                         help="fairseq (default, the reference: any architecture, ensembles) or ctranslate2 (the "
-                              "teacher converted once; about twice as fast on a CPU)")
+    backend.add_argument("--backend", choices=list(BACKENDS),
+                         help="fairseq (default for checkpoints, the reference: any architecture, ensembles) or "
+                              "ctranslate2 (the teacher converted once; about twice as fast on a CPU; the only one "
+                              "for a published teacher's folder)")
     backend.add_argument("--compute-type", default="float32",
                          help="ctranslate2: float32 (default), int8, int8_float32; on a GPU also float16, bfloat16")
     backend.add_argument("--fp16", action="store_true", help="fairseq on a GPU: the teacher in half precision")
@@ -103,12 +119,18 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                          help="ctranslate2: before writing the set, decode N sentences (spread over the corpus) "
                               "with the fairseq backend too; prints and records (meta.json) the share of identical "
                               "hypotheses and the BLEU difference")
+    backend.add_argument("--check-against-transformers", type=int, default=0, metavar="N",
+                         help="a Hugging Face teacher: the same check against transformers' own generate (same beam, "
+                              "length penalty, maximum length)")
     backend.add_argument("--ct2-cache", metavar="DIR", help="ctranslate2: folder of converted teachers, keyed "
                          "by content hash (default: .ctranslate2-cache beside --out)")
     run.add_argument("--no-progress-bar", action="store_true")
+    cli.add_verbose_argument(run)
     run.add_argument("--keep-empty-lines", action="store_true",
                      help="keep the pairs of empty source lines in bin/ (an empty source and target); by default "
                           "they are only in the text files, with an empty target, and listed in meta.json")
+    from .cluster import add_arguments as add_cluster_arguments
+
     add_cluster_arguments(p)
     return p
 
@@ -123,14 +145,15 @@ def teacher_options(args) -> tuple[list[str], str | None]:
     return split_paths(args.teacher_path or args.teacher), args.teacher_data or args.dict_dir
 
 
-def config_from_args(args):
-    from .pipeline import DistillConfig
+def config_from_args(args) -> DistillConfig:
+    from .config import DistillConfig
+    from .decoding import DecodingSettings
 
-    data, source, reference = args.data, args.source, args.reference
+    data, source, reference, languages = args.data, args.source, args.reference, None
     text_settings = tokenization.settings_from_args(args)
     if args.prepared:
         prepared = PreparedCorpus(args.prepared)
-        src, tgt = prepared.language_pair()
+        src, tgt = languages = prepared.language_pair()
         data = data or str(prepared.bin.root)
         if text_settings is None:
             text_settings = prepared.tokenization()
@@ -148,12 +171,14 @@ def config_from_args(args):
         num_shards=args.num_shards, shard_id=args.shard_id, merge_only=args.merge, workers=args.workers,
         threads=args.threads, device=args.device, progress_bar=not args.no_progress_bar, backend=args.backend,
         compute_type=args.compute_type, fp16=args.fp16, ct2_cache=args.ct2_cache,
-        keep_empty_lines=args.keep_empty_lines, check_against_fairseq=args.check_against_fairseq)
+        keep_empty_lines=args.keep_empty_lines, check_against_fairseq=args.check_against_fairseq,
+        check_against_transformers=args.check_against_transformers, student_data=args.student_data,
+        teacher_src_lang=args.teacher_src_lang, teacher_tgt_lang=args.teacher_tgt_lang, languages=languages)
 
 
 def main(argv=None) -> int:
+    cli.setup_logging(argv)
     args = build_parser(argv).parse_args(argv)
-    cli.setup_logging()
 
     def body() -> int:
         from .pipeline import distill
@@ -170,11 +195,12 @@ def main(argv=None) -> int:
             scores = result.meta.get("scores", {})
             print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {result.meta['strategy']}"
                   + (f", BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} vs reference" if scores else ""))
-            check = result.meta.get("check_against_fairseq")
-            if check:
-                print(f"against the fairseq backend on {check['sentences']} sentences: {check['identical']} identical "
-                      f"hypotheses ({100 * check['identical_share']:.2f}%)"
-                      + (f", BLEU {check['bleu_difference']:+.2f}" if "bleu_difference" in check else ""))
+            for reference, what in (("fairseq", "the fairseq backend"), ("transformers", "transformers' generate")):
+                check = result.meta.get(f"check_against_{reference}")
+                if check:
+                    print(f"against {what} on {check['sentences']} sentences: {check['identical']} identical "
+                          f"hypotheses ({100 * check['identical_share']:.2f}%)"
+                          + (f", BLEU {check['bleu_difference']:+.2f}" if "bleu_difference" in check else ""))
         return 0
 
     return cli.run(body)

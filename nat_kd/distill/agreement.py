@@ -1,18 +1,18 @@
-"""``--check-against-fairseq N``: decode N sentences with the configured backend and with the fairseq backend
-(the reference), and measure how far they agree: identical hypotheses and BLEU against the references."""
+"""``--check-against-fairseq N`` and ``--check-against-transformers N``: decode N sentences with the configured
+backend and with a reference decoder (the fairseq backend; transformers' own generate for a Hugging Face
+teacher), and measure how far they agree: identical hypotheses and BLEU against the references."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from .backends.fairseq import FairseqBackend
-from .workers import ChunkDecoder
-
-if TYPE_CHECKING:
-    from .workers import Session
+from .backends.transformers import TransformersBackend
+from .workers import ChunkDecoder, Session
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 BATCH_SENTENCES = 100
+REFERENCES = {"fairseq": FairseqBackend, "transformers": TransformersBackend}
 
 
 def sample_batches(session: Session, count: int) -> list[list[int]]:
@@ -24,29 +24,38 @@ def sample_batches(session: Session, count: int) -> list[list[int]]:
     return [picked[start:start + BATCH_SENTENCES] for start in range(0, len(picked), BATCH_SENTENCES)]
 
 
-def check_against_fairseq(session: Session, count: int, threads: int) -> dict:
+def check_references(session: Session) -> None:
+    """Refuse a check the run cannot make, before anything is decoded."""
+    if session.cfg.check_against_transformers:
+        TransformersBackend.check(session.backend_settings, session.teacher)
+
+
+def check_against(session: Session, reference: str, count: int, threads: int) -> dict:
+    """The agreement of the configured backend with ``reference`` ("fairseq" or "transformers") on ``count``
+    sentences: meta.json's ``check_against_REFERENCE``."""
     import sacrebleu
 
     batches = sample_batches(session, count)
-    if session.device != "cpu":
+    if session.device != "cpu" and reference == "fairseq":
         session.teacher.to(session.device)
-    decoders = {"fairseq": ChunkDecoder(session, threads, FairseqBackend(session)),
-                session.cfg.backend: ChunkDecoder(session, threads)}
+    backend = REFERENCES[reference](replace(session.backend_settings, name=reference), session.backend_inputs,
+                                    threads)
+    ours = session.cfg.backend
+    decoders = {reference: ChunkDecoder(session, threads, backend), ours: ChunkDecoder(session, threads)}
     pieces = {name: dict((i, p) for batch in batches for i, p, _ in decoder.decode_batch(batch))
               for name, decoder in decoders.items()}
-    ids = sorted(pieces["fairseq"])
-    theirs, ours = ([pieces[name][i] for i in ids] for name in ("fairseq", session.cfg.backend))
-    identical = sum(a == b for a, b in zip(theirs, ours))
+    ids = sorted(pieces[reference])
+    theirs, mine = ([pieces[name][i] for i in ids] for name in (reference, ours))
+    identical = sum(a == b for a, b in zip(theirs, mine))
     result = {"sentences": len(ids), "identical": identical, "identical_share": round(identical / max(1, len(ids)), 4)}
     references = session.corpus.references
     if references is not None:
         refs = [references[i] for i in ids]
         bleu = {name: sacrebleu.corpus_bleu(session.codecs[1].decode_all(hyps), [refs]).score
-                for name, hyps in (("fairseq", theirs), (session.cfg.backend, ours))}
-        result.update({"bleu_fairseq": round(bleu["fairseq"], 4), f"bleu_{session.cfg.backend}":
-                       round(bleu[session.cfg.backend], 4),
-                       "bleu_difference": round(bleu[session.cfg.backend] - bleu["fairseq"], 4)})
-    logger.info("check against the fairseq backend on %d sentences: %d identical (%.2f%%)%s", len(ids), identical,
+                for name, hyps in ((reference, theirs), (ours, mine))}
+        result.update({f"bleu_{reference}": round(bleu[reference], 4), f"bleu_{ours}": round(bleu[ours], 4),
+                       "bleu_difference": round(bleu[ours] - bleu[reference], 4)})
+    logger.info("check against %s on %d sentences: %d identical (%.2f%%)%s", reference, len(ids), identical,
                 100 * result["identical_share"],
-                f", BLEU {result['bleu_difference']:+.2f} vs fairseq's" if "bleu_difference" in result else "")
+                f", BLEU {result['bleu_difference']:+.2f} against {reference}" if "bleu_difference" in result else "")
     return result

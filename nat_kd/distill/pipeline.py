@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,70 +18,18 @@ from nat_kd import __version__, atomic
 from nat_kd.analysis.metrics.sentence import SentenceScorer, SentenceScores
 from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
-from nat_kd.tokenization import TokenizationSettings
 
-from .agreement import check_against_fairseq
+from .agreement import check_against, check_references
 from .backends import backend_class
-from .decoding import DecodingSettings
+from .config import DistillConfig
 from .output import write_output
 from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
 from .scores import scores
 from .source import token_strings
+from .student import UNK_WARNING_SHARE, StudentData
 from .workers import Session, choose_device, decode_pending, parallelism
 
 logger = logging.getLogger("nat_kd.generate_distilled")
-
-
-@dataclass
-class DistillConfig:
-    teachers: list[str]
-    out_dir: str
-    spm_model: str | None = None  # a shortcut: tokenization=TokenizationSettings.sentencepiece(spm_model)
-    split: str = "train"
-    source: str | None = None  # raw source text (encoded into the teacher's tokens), or the source text of --data
-    data_dir: str | None = None  # fairseq-binarized folder holding SPLIT.SRC-TGT.SRC.{bin,idx}
-    reference: str | None = None  # raw reference targets, line-aligned (default: data_dir's target side, decoded)
-    # text <-> the teacher's tokens (fairseq's --bpe/--tokenizer/--post-process); None: the checkpoint's
-    tokenization: TokenizationSettings | None = None
-    dict_dir: str | None = None  # the teacher's dictionaries (default: the folder it was trained on)
-    decoding: DecodingSettings = field(default_factory=DecodingSettings)
-    name: str | None = None  # recorded in meta.json (default: the output folder's name)
-    max_tokens: int = 12000  # fairseq-generate's default
-    max_sentences: int | None = None
-    chunk_sentences: int = 500
-    num_shards: int | None = None  # default: torchrun's WORLD_SIZE, else 1
-    shard_id: int | None = None  # default: torchrun's RANK, else 0
-    merge_only: bool = False
-    workers: int = 0  # decoding processes on this machine; 0: one per available core (CPU), 1 on GPU
-    threads: int = 0  # torch threads per worker; 0: cores / workers
-    device: str = "auto"  # "cpu", "cuda", or auto
-    progress_bar: bool = True
-    backend: str = "fairseq"  # or "ctranslate2" (nat_kd/distill/backends)
-    compute_type: str = "float32"  # ctranslate2: float32, int8, int8_float32; on a GPU also float16, bfloat16
-    fp16: bool = False  # fairseq on a GPU: the teacher in half precision
-    ct2_cache: str | None = None  # ctranslate2: converted teachers (default: OUT/../.ctranslate2-cache)
-    keep_empty_lines: bool = False  # bin/ keeps the (empty, empty) pairs of empty sources too
-    check_against_fairseq: int = 0  # at the merge: decode this many sentences with the fairseq backend too
-
-    def check(self) -> None:
-        """Options that do not fit together."""
-        if self.backend != "ctranslate2" and self.compute_type != "float32":
-            raise SettingsError(f"--compute-type {self.compute_type} is for --backend ctranslate2; the fairseq "
-                                "backend takes --fp16 (on a GPU)")
-        if self.check_against_fairseq and self.backend == "fairseq":
-            raise SettingsError("--check-against-fairseq compares another backend with fairseq: add --backend "
-                                "ctranslate2")
-        if self.backend != "fairseq" and self.fp16:
-            raise SettingsError("--fp16 is for the fairseq backend; with --backend ctranslate2 use --compute-type "
-                                "float16 (or bfloat16) on a GPU")
-
-    def __post_init__(self):
-        if self.spm_model is not None:
-            if self.tokenization is not None:
-                raise SettingsError("spm_model is a shortcut for tokenization=TokenizationSettings.sentencepiece(...): "
-                                    "give one of the two")
-            self.tokenization = TokenizationSettings.sentencepiece(self.spm_model)
-            self.spm_model = None
 
 
 @dataclass
@@ -92,7 +40,7 @@ class DistillResult:
 
 
 def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float,
-           agreement: dict | None) -> dict:
+           agreement: dict) -> dict:
     cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
     store.check_complete(len(chunks), num_shards)
     out_dir = Path(cfg.out_dir)
@@ -116,13 +64,11 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     out = DistilledSet(out_dir)
     bin_left_out = [] if cfg.keep_empty_lines else corpus.empty_lines
-    teacher_meta = {**teacher.describe(), "sha256": session.fingerprint()["teachers"],
-                    "parameters": sum(p.numel() for model in teacher.models for p in model.parameters())}
     meta = {
         "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
         "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
-        "seed": cfg.decoding.seed, "backend": backend_class(cfg.backend).describe(cfg, session.device),
-        "teacher": teacher_meta, "corpus": corpus.source_description,
+        "seed": cfg.decoding.seed, "backend": session.fingerprint()["backend"],
+        "teacher": session.describe_teacher(), "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
         "tokenization": session.tokenization.describe(),
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
@@ -132,7 +78,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "batching": {"max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                      "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
                      "required_batch_size_multiple": 1, "num_shards": num_shards},
-        **({"check_against_fairseq": agreement} if agreement else {}),
+        **agreement,
         "fingerprint": session.fingerprint(), "nat_kd_version": __version__,
         "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
         "files": {"source": out.text(cfg.split, teacher.source_lang).name,
@@ -142,13 +88,26 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
                   "binarized_sentences": len(corpus) - len(bin_left_out), "binarized_left_out_lines": bin_left_out,
                   "scores": out.scores_file.name, "card": [out.card_markdown.name, out.card_json.name]},
     }
+    # bin/ in the teacher's tokens, with the teacher's data's other splits; or in the student's
+    dict_dir, data_dir = teacher.dict_dir, Path(cfg.data_dir) if cfg.data_dir and not cfg.published_teacher else None
+    student_pieces = None
+    if cfg.student_data:
+        student = StudentData(cfg.student_data, teacher.source_lang, teacher.target_lang)
+        student_pieces = student.encode(corpus.source_text, target_text)
+        dict_dir, data_dir = student.bin_dir, student.bin_dir
+        meta["student_vocabulary"] = student.describe()
     write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
                  source_text=corpus.source_text, source_tokens=corpus.source_tokens,
                  source_pieces=source_pieces, target_pieces=pieces,
-                 target_text=target_text, dict_dir=teacher.dict_dir, meta=meta,
-                 data_dir=Path(cfg.data_dir) if cfg.data_dir else None, bin_left_out=bin_left_out,
-                 references=corpus.references,
-                 sentence_scores=SentenceScores(line_scores, SentenceScorer().settings))
+                 target_text=target_text, dict_dir=dict_dir, meta=meta, data_dir=data_dir,
+                 bin_left_out=bin_left_out, references=corpus.references,
+                 sentence_scores=SentenceScores(line_scores, SentenceScorer().settings),
+                 student_pieces=student_pieces)
+    if cfg.student_data:
+        share = meta["student_vocabulary"]["target"]["unk_share"]
+        if share > UNK_WARNING_SHARE:
+            logger.warning("%.2f%% of the distilled target tokens are <unk> in the student's dictionary (%s): the "
+                           "student's vocabulary misses much of what the teacher writes", 100 * share, dict_dir)
     # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
     meta["timing"]["wall_seconds"] = round(time.perf_counter() - started, 3)
     atomic.write_json(out.meta_file, meta)
@@ -170,7 +129,8 @@ def distill(cfg: DistillConfig) -> DistillResult:
     num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
     session = Session(cfg, device)
     backend = backend_class(cfg.backend)
-    backend.check(session)
+    backend.check(session.backend_settings, session.teacher)
+    check_references(session)
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
     fingerprint = session.fingerprint()
@@ -186,7 +146,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
     decoded, decode_wall = 0, 0.0
     if not cfg.merge_only:
-        backend.prepare(session)
+        backend.prepare(session.backend_settings, session.teacher)
         pending = [i for i in shard_chunks(len(chunks), shard_id, num_shards) if not store.is_done(i)]
         logger.info("%s: %d chunks, %d to decode in %s (%d worker(s) x %d thread(s) on %s)", out_dir,
                     len(chunks), len(pending), label, workers, threads, device)
@@ -207,8 +167,9 @@ def distill(cfg: DistillConfig) -> DistillResult:
                       "sentences_decoded_this_run": decoded,
                       "sentences_per_second": round(decoded / decode_wall, 2) if decode_wall > 0 else None,
                       "workers": workers, "threads_per_worker": threads, "device": device}
-            agreement = (check_against_fairseq(session, cfg.check_against_fairseq, workers * threads)
-                         if cfg.check_against_fairseq else None)
+            agreement = {f"check_against_{reference}": check_against(session, reference, count, workers * threads)
+                         for reference, count in (("fairseq", cfg.check_against_fairseq),
+                                                  ("transformers", cfg.check_against_transformers)) if count}
             done = _merge(session, store, chunks, num_shards, timing, started, agreement)
     store.remove()
     return DistillResult(out_dir, True, done)

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import numpy as np
 
@@ -20,13 +20,14 @@ from nat_kd.analysis.metrics.sentence import SentenceScorer, sacrebleu_statistic
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 
-from .backends import backend_class, build_backend
+from .backends import BackendInputs, BackendSettings, backend_class, build_backend
+from .config import DistillConfig
 from .decoding import build_strategy
 from .progress import PROGRESS_VERSION, ChunkStore
 from .scores import statistics
-
-if TYPE_CHECKING:
-    from .pipeline import DistillConfig
+from .source import load_corpus
+from .student import StudentData
+from .teachers import PublishedTeacher
 
 
 def available_cores() -> int:
@@ -60,16 +61,38 @@ def parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
 
 class Session:
     """Everything loaded once per process: teacher, its encoders (tokenization.py), corpus, fairseq dataset,
-    chunk plan."""
+    chunk plan; and what the backend is given of them (``backend_settings``, ``backend_inputs``)."""
 
     def __init__(self, cfg: DistillConfig, device: str = "cpu"):
-        from fairseq_plugins.teacher import TeacherEnsemble
-
-        from .source import load_corpus
-        from nat_kd.tokenization import Tokenization, resolve
-
         self.cfg, self.device = cfg, device
         self.strategy = build_strategy(cfg.decoding)
+        if cfg.published_teacher:
+            self.teacher = PublishedTeacher(cfg.teachers[0], cfg.conversion_cache(), cfg.file_languages(),
+                                            (cfg.teacher_src_lang, cfg.teacher_tgt_lang))
+            self.tokenization, self.codecs = self.teacher.tokenization, self.teacher.codecs
+            # raw text only: a binarized folder holds another model's token ids
+            self.corpus = load_corpus(teacher=self.teacher, codecs=self.codecs, split=cfg.split, source=cfg.source,
+                                      reference=cfg.reference)
+        else:
+            self._load_fairseq_teacher(cfg)
+        if self.strategy.needs_reference and self.corpus.references is None:
+            raise SettingsError(f"strategy {self.strategy.name} reranks against the reference: pass --reference, "
+                                "or binarized data (--data) with the split's target side")
+        self.dataset = self._dataset()
+        self.backend_settings = BackendSettings(
+            name=cfg.backend, decoding=cfg.decoding, device=device, compute_type=cfg.compute_type, fp16=cfg.fp16,
+            cache=str(cfg.conversion_cache()))
+        self.backend_inputs = BackendInputs(self.teacher, self.corpus.source_tokens, self.dataset)
+        if device != "cpu" and cfg.backend == "fairseq":
+            import torch
+
+            self.teacher.to(device, dtype=torch.float16 if cfg.fp16 else None)
+
+    def _load_fairseq_teacher(self, cfg: DistillConfig) -> None:
+        from fairseq_plugins.teacher import TeacherEnsemble
+
+        from nat_kd.tokenization import Tokenization, resolve
+
         self.teacher = TeacherEnsemble.load(cfg.teachers, cfg.dict_dir)
         if cfg.data_dir:
             self.teacher.check_data_folder(cfg.data_dir)
@@ -78,14 +101,6 @@ class Session:
                        Tokenization(self.tokenization, self.teacher.target_lang))
         self.corpus = load_corpus(teacher=self.teacher, codecs=self.codecs, split=cfg.split, source=cfg.source,
                                   data_dir=cfg.data_dir, reference=cfg.reference)
-        if self.strategy.needs_reference and self.corpus.references is None:
-            raise SettingsError(f"strategy {self.strategy.name} reranks against the reference: pass --reference, "
-                                "or binarized data (--data) with the split's target side")
-        self.dataset = self._dataset()
-        if device != "cpu" and cfg.backend == "fairseq":
-            import torch
-
-            self.teacher.to(device, dtype=torch.float16 if cfg.fp16 else None)
 
     def _dataset(self):
         """The corpus as the LanguagePairDataset fairseq-generate builds for a binarized split (the translation
@@ -97,7 +112,7 @@ class Session:
         tokens. Without references, batches follow the source alone."""
         from fairseq.data import LanguagePairDataset
 
-        task, corpus = self.teacher.task, self.corpus
+        task, corpus = getattr(self.teacher, "task", None), self.corpus
 
         def setting(name, default):
             try:
@@ -106,8 +121,8 @@ class Session:
                 return default
 
         return LanguagePairDataset(
-            corpus.source_tokens, np.array([len(t) for t in corpus.source_tokens]), task.source_dictionary,
-            tgt=None, tgt_sizes=corpus.reference_sizes, tgt_dict=task.target_dictionary,
+            corpus.source_tokens, np.array([len(t) for t in corpus.source_tokens]), self.teacher.src_dict,
+            tgt=None, tgt_sizes=corpus.reference_sizes, tgt_dict=self.teacher.tgt_dict,
             left_pad_source=setting("left_pad_source", True), left_pad_target=setting("left_pad_target", False),
             shuffle=self.cfg.split != "test", num_buckets=setting("num_batch_buckets", 0),
             pad_to_multiple=setting("required_seq_len_multiple", 1))
@@ -121,24 +136,49 @@ class Session:
             raise SettingsError(f"--max-tokens {self.cfg.max_tokens} is smaller than the longest sentence (line "
                                 f"{longest + 1}: {sizes[longest]} tokens in the source or the reference); raise "
                                 f"--max-tokens to at least {sizes[longest]}")
-        iterator = self.teacher.task.get_batch_iterator(
-            dataset=self.dataset, max_tokens=self.cfg.max_tokens, max_sentences=self.cfg.max_sentences,
-            max_positions=None, ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1,
-            num_shards=1, shard_id=0, num_workers=0, disable_iterator_cache=True)
-        return [list(map(int, batch)) for batch in iterator.frozen_batches]
+        if isinstance(self.teacher, PublishedTeacher):
+            # what the translation task's get_batch_iterator does below, without a task
+            from fairseq.data import data_utils
+
+            with data_utils.numpy_seed(1):
+                order = self.dataset.ordered_indices()
+            batches = self.dataset.batch_by_size(order, max_tokens=self.cfg.max_tokens,
+                                                 max_sentences=self.cfg.max_sentences, required_batch_size_multiple=1)
+        else:
+            batches = self.teacher.task.get_batch_iterator(
+                dataset=self.dataset, max_tokens=self.cfg.max_tokens, max_sentences=self.cfg.max_sentences,
+                max_positions=None, ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1,
+                num_shards=1, shard_id=0, num_workers=0, disable_iterator_cache=True).frozen_batches
+        return [list(map(int, batch)) for batch in batches]
 
     def fingerprint(self) -> dict:
         """What the output depends on: saved progress and a finished set are reused only if it is unchanged."""
         if not hasattr(self, "_fingerprint"):
             cfg = self.cfg
             self._fingerprint = {
-                "progress_version": PROGRESS_VERSION, "teachers": [sha256_file(p) for p in cfg.teachers],
-                "backend": backend_class(cfg.backend).describe(cfg, self.device),
+                "progress_version": PROGRESS_VERSION, "teachers": [self.teacher.sha256] if isinstance(self.teacher, PublishedTeacher)
+                else [sha256_file(p) for p in cfg.teachers],
+                "backend": backend_class(cfg.backend).describe(self.backend_settings),
                 "corpus": self.corpus.fingerprint(), "decoding": asdict(cfg.decoding),
                 "max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
                 "chunk_sentences": cfg.chunk_sentences, "split": cfg.split, **self.tokenization.fingerprint(),
                 "keep_empty_lines": cfg.keep_empty_lines}
+            if cfg.student_data:  # absent otherwise: earlier sets keep their fingerprint
+                self._fingerprint["student_data"] = StudentData(
+                    cfg.student_data, self.teacher.source_lang, self.teacher.target_lang).fingerprint()
         return self._fingerprint
+
+    def describe_teacher(self) -> dict:
+        """meta.json's ``teacher``."""
+        if isinstance(self.teacher, PublishedTeacher):
+            return self.teacher.describe()
+        converted = self.cfg.backend == "ctranslate2"
+        return {**self.teacher.describe(), "name": Path(self.cfg.teachers[0]).name,
+                "sha256": self.fingerprint()["teachers"],
+                "parameters": sum(p.numel() for model in self.teacher.models for p in model.parameters()),
+                "converter": "ctranslate2.converters.FairseqConverter" if converted else None,
+                "converter_version": backend_class("ctranslate2").describe(self.backend_settings)[
+                    "ctranslate2_version"] if converted else None}
 
     def decoder(self, threads: int = 1) -> ChunkDecoder:
         return ChunkDecoder(self, threads)
@@ -155,7 +195,7 @@ class ChunkDecoder:
         if self.strategy.needs_reference and self.references is None:
             raise SettingsError(f"{self.strategy.name} needs the references (--reference)")
         self.empty = {line - 1 for line in session.corpus.empty_lines}
-        self.backend = backend or build_backend(session, threads)
+        self.backend = backend or build_backend(session.backend_settings, session.backend_inputs, threads)
         self.scorer = SentenceScorer()
         self._last_finish = 0.0
 

@@ -8,13 +8,12 @@ Per-step logs are in OUT/logs/, step records in OUT/steps/, models and data in O
 from __future__ import annotations
 
 import argparse
-import logging
 import shlex
 from contextlib import nullcontext
 import sys
 from pathlib import Path
 
-from nat_kd.cli import run
+from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.launch import LAUNCHERS, read_cluster_file, sigterm_as_interrupt
 
 from .cluster import JobLauncher, check_resource_keys, dry_run, submitted_note
@@ -22,12 +21,8 @@ from .config import load
 from .steps import Runner
 
 
-def _configure_logging() -> None:
-    # force: importing fairseq's tasks sets the root logger to DEBUG (matplotlib then logs its font search)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(message)s", stream=sys.stderr, force=True)
-
-
 def main(argv=None) -> int:
+    setup_logging(argv, fmt="%(asctime)s | %(message)s")
     p = argparse.ArgumentParser(prog="python -m nat_kd.study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="bundled profile (micro, cpu, paper) or a TOML file")
@@ -56,14 +51,13 @@ def main(argv=None) -> int:
     cluster.add_argument("--detach", action="store_true",
                          help="on Ctrl-C or SIGTERM, leave the submitted jobs running (default: cancel them); the "
                               "next run of the same command waits for them and collects their results")
+    add_verbose_argument(p)
     args = p.parse_args(argv)
     return run(lambda: _study(args, argv))
 
 
 def _study(args, argv) -> int:
     from .plan import build_plan  # imports fairseq
-
-    _configure_logging()
     from .results import write_results  # imports matplotlib
 
     cfg = load(args.config, args.corpus)

@@ -5,9 +5,11 @@
     ctranslate2  the teacher converted once to CTranslate2 (cached by its content hash) and decoded by it:
                  faster on the CPU (docs/generate_distilled.md), for single transformer checkpoints
 
-Each backend class has ``describe(cfg, device)`` (meta.json's ``backend``, part of the run's fingerprint),
-``check(session)`` (refuses what it cannot decode, before anything is written), ``prepare(session)`` (run
-once in the main process before the workers start), ``decode(ids)``, and ``submit(ids)``, whose ``result()``
+A backend is built from plain values, ``Backend(BackendSettings, BackendInputs, threads)`` (base.py), and
+never sees the run's session or pipeline. Each backend class has ``describe(settings)`` (meta.json's
+``backend``, part of the run's fingerprint), ``check(settings, teacher)`` (refuses what it cannot decode, before
+anything is written), ``prepare(settings, teacher)`` (run once in the main process before the workers start),
+``decode(ids)``, and ``submit(ids)``, whose ``result()``
 gives ``decode``'s answer: a backend that decodes in its own threads returns at once, so the caller can queue
 more work meanwhile.
 Both take the same batches (the chunk plan) and return, per sentence, ``Hypothesis`` objects best first;
@@ -15,19 +17,13 @@ Both take the same batches (the chunk plan) and return, per sentence, ``Hypothes
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
-
 from nat_kd.errors import SettingsError
 
-if TYPE_CHECKING:
-    from ..workers import Session
+from .base import BackendInputs, BackendSettings, Hypothesis
+
+__all__ = ["BACKENDS", "BackendInputs", "BackendSettings", "Hypothesis", "backend_class", "build_backend"]
 
 BACKENDS = ("fairseq", "ctranslate2")
-
-
-class Hypothesis(NamedTuple):
-    pieces: str  # the target tokens (the teacher's dictionary symbols), space-separated, no EOS
-    logprob: float  # the teacher's log-probability of the tokens and EOS, divided by their number
 
 
 def backend_class(name: str):
@@ -42,6 +38,6 @@ def backend_class(name: str):
     raise SettingsError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
 
 
-def build_backend(session: Session, threads: int = 1):
-    """The configured backend (``session.cfg.backend``) for one process, with ``threads`` CPU threads."""
-    return backend_class(session.cfg.backend)(session, threads)
+def build_backend(settings: BackendSettings, inputs: BackendInputs, threads: int = 1):
+    """The backend ``settings.name`` for one process, with ``threads`` CPU threads."""
+    return backend_class(settings.name)(settings, inputs, threads)

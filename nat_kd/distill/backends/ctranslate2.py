@@ -25,21 +25,17 @@ sentence streams, another batch size gives other samples (docs/generate_distille
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from nat_kd import atomic
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file, sha256_json
 
+from ..decoding import build_strategy
 from ..source import token_strings
-from . import Hypothesis
-
-if TYPE_CHECKING:
-    from ..pipeline import DistillConfig
-    from ..workers import Session
+from ..teachers import PublishedTeacher
+from .base import BackendInputs, BackendSettings, Hypothesis
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 
@@ -48,19 +44,27 @@ REFUSED = "use --backend fairseq (the default), which decodes any fairseq model"
 CPU_SUB_BATCH_TOKENS = 2048  # faster than whole 12000-token batches on 2 cores (docs/generate_distilled.md)
 
 
-def cache_dir(cfg: DistillConfig) -> Path:
-    """Where converted teachers are kept: --ct2-cache, else beside the output folder (shared by every
-    distilled set written there, so each teacher is converted once)."""
-    return Path(cfg.ct2_cache) if cfg.ct2_cache else Path(cfg.out_dir).resolve().parent / ".ctranslate2-cache"
-
-
-def check(session: Session) -> None:
+def check(settings: BackendSettings, teacher) -> None:
     """Refuse, before converting anything, what this backend cannot decode as the fairseq backend would."""
     import ctranslate2
+
+    if not isinstance(teacher, PublishedTeacher):  # a published teacher is a CTranslate2 model already
+        check_fairseq_teacher(teacher)
+    if settings.decoding.max_len_a != 0:
+        raise SettingsError(f"--max-len-a {settings.decoding.max_len_a}: CTranslate2 limits outputs to a fixed length "
+                            "(--max-len-b) only; use --max-len-a 0 or --backend fairseq")
+    device = device_and_index(settings.device)[0]
+    supported = sorted(ctranslate2.get_supported_compute_types(device))
+    if settings.compute_type not in supported:
+        raise SettingsError(f"--compute-type {settings.compute_type}: this machine's {device} supports "
+                            f"{', '.join(supported)}")
+
+
+def check_fairseq_teacher(teacher) -> None:
+    """A fairseq teacher that CTranslate2's FairseqConverter converts: one autoregressive transformer."""
     from fairseq.models.nat import FairseqNATModel
     from fairseq.models.transformer import TransformerModel
 
-    cfg, teacher = session.cfg, session.teacher
     if len(teacher.models) > 1:
         raise SettingsError(f"the ctranslate2 backend decodes one checkpoint, not an ensemble of "
                             f"{len(teacher.models)} ({', '.join(teacher.paths)}): {REFUSED}")
@@ -71,14 +75,12 @@ def check(session: Session) -> None:
     if getattr(model.decoder, "adaptive_softmax", None) is not None:
         raise SettingsError(f"teacher {teacher.paths[0]} uses an adaptive softmax, which CTranslate2 cannot "
                             f"convert: {REFUSED}")
-    if cfg.decoding.max_len_a != 0:
-        raise SettingsError(f"--max-len-a {cfg.decoding.max_len_a}: CTranslate2 limits outputs to a fixed length "
-                            "(--max-len-b) only; use --max-len-a 0 or --backend fairseq")
-    device = device_and_index(session.device)[0]
-    supported = sorted(ctranslate2.get_supported_compute_types(device))
-    if cfg.compute_type not in supported:
-        raise SettingsError(f"--compute-type {cfg.compute_type}: this machine's {device} supports "
-                            f"{', '.join(supported)}")
+
+
+def model_dir(teacher, cache: Path) -> Path:
+    """The teacher's CTranslate2 model folder: a published teacher's own (converted already if it came from
+    Hugging Face), or a fairseq checkpoint converted on first use."""
+    return teacher.model_dir if isinstance(teacher, PublishedTeacher) else converted_model(teacher, cache)
 
 
 def converted_model(teacher, cache: Path) -> Path:
@@ -93,26 +95,21 @@ def converted_model(teacher, cache: Path) -> Path:
                        "dictionaries": [sha256_file(teacher.dict_dir / f"dict.{lang}.txt")
                                         for lang in (teacher.source_lang, teacher.target_lang)],
                        "ctranslate2": ctranslate2.__version__})
-    final = Path(cache) / key[:32]
-    if (final / "model.bin").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / f"{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second process (another shard) waits for the first's conversion
-        if not (final / "model.bin").is_file():
-            logger.info("converting %s to CTranslate2 into %s", teacher.paths[0], final)
-            converter = FairseqConverter(teacher.paths[0], str(teacher.dict_dir), source_lang=teacher.source_lang,
-                                         target_lang=teacher.target_lang,
-                                         user_dir=str(Path(fairseq_plugins.__file__).parent))
-            with atomic.building_directory(final) as work:
-                try:
-                    converter.convert(str(work), force=True)
-                except (ValueError, NotImplementedError, KeyError, AttributeError) as err:
-                    raise SettingsError(f"CTranslate2 {ctranslate2.__version__} cannot convert teacher "
-                                        f"{teacher.paths[0]}: {err}; {REFUSED}") from None
-                atomic.write_json(work / "nat_kd_source.json", {"teacher": str(Path(teacher.paths[0]).resolve()),
-                                                                "dictionaries": str(teacher.dict_dir), "key": key})
-    return final
+
+    def build(work: Path) -> None:
+        logger.info("converting %s to CTranslate2 into %s", teacher.paths[0], Path(cache) / key[:32])
+        converter = FairseqConverter(teacher.paths[0], str(teacher.dict_dir), source_lang=teacher.source_lang,
+                                     target_lang=teacher.target_lang,
+                                     user_dir=str(Path(fairseq_plugins.__file__).parent))
+        try:
+            converter.convert(str(work), force=True)
+        except (ValueError, NotImplementedError, KeyError, AttributeError) as err:
+            raise SettingsError(f"CTranslate2 {ctranslate2.__version__} cannot convert teacher "
+                                f"{teacher.paths[0]}: {err}; {REFUSED}") from None
+        atomic.write_json(work / "nat_kd_source.json", {"teacher": str(Path(teacher.paths[0]).resolve()),
+                                                        "dictionaries": str(teacher.dict_dir), "key": key})
+
+    return atomic.build_once(Path(cache) / key[:32], build)
 
 
 def device_and_index(device: str) -> tuple[str, int]:
@@ -136,24 +133,31 @@ def batch_seed(seed: int, ids: list[int]) -> int:
 class CTranslate2Backend:
     name = "ctranslate2"
 
-    def __init__(self, session: Session, threads: int = 1):
+    def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1):
         import ctranslate2
 
-        cfg, strategy = session.cfg, session.strategy
-        self.session, self.threads = session, threads
-        self.src_dict = session.teacher.src_dict
-        self.source_tokens = session.corpus.source_tokens
-        check(session)
-        self.model_dir = converted_model(session.teacher, cache_dir(cfg))
-        self.device, self.device_index = device_and_index(session.device)
+        strategy, teacher = build_strategy(settings.decoding), inputs.teacher
+        self.threads, self.seed = threads, settings.decoding.seed
+        self.src_dict = teacher.src_dict
+        self.source_tokens = inputs.source_tokens
+        check(settings, teacher)
+        self.model_dir = model_dir(teacher, Path(settings.cache))
+        published = isinstance(teacher, PublishedTeacher)
+        # a published model reads its tokenizer's input, EOS included (the fairseq converter's adds it itself),
+        # and starts decoding from its target prefix (a multilingual teacher's language token)
+        self.source_suffix = [teacher.eos] if published and not teacher.ct2_config.get("add_source_eos") else []
+        self.target_prefix = teacher.target_prefix if published else []
+        self.device, self.device_index = device_and_index(settings.device)
         self.sub_batch_tokens = sub_batch_tokens(self.device, strategy.name)
-        self.compute_type = cfg.compute_type
+        self.compute_type = settings.compute_type
         self.sampling = strategy.name in SAMPLING_STRATEGIES
-        s = cfg.decoding
+        s = settings.decoding
         # fairseq's limit: b tokens, then EOS is forced; never past the decoder's positions
-        self.max_length = min(s.max_len_b, session.teacher.max_positions[1] - 1)
-        self.options = dict(beam_size=strategy.beam_size, length_penalty=s.lenpen, max_decoding_length=self.max_length,
-                            min_decoding_length=1, max_input_length=0, return_scores=True,
+        self.max_length = min(s.max_len_b, teacher.max_positions[1] - 1)
+        prefix = len(self.target_prefix)  # CTranslate2's lengths count the target prefix
+        self.options = dict(beam_size=strategy.beam_size, length_penalty=s.lenpen,
+                            max_decoding_length=self.max_length + prefix, min_decoding_length=1 + prefix,
+                            max_input_length=0, return_scores=True,
                             num_hypotheses=strategy.beam_size if strategy.needs_reference else 1)
         if self.sampling:
             self.options.update(sampling_topk=strategy.top_k if strategy.top_k > 0 else 0,
@@ -177,22 +181,23 @@ class CTranslate2Backend:
     check = staticmethod(check)
 
     @staticmethod
-    def prepare(session: Session) -> None:
+    def prepare(settings: BackendSettings, teacher) -> None:
         """Convert (or find) the teacher once, before the workers start and look for it."""
-        converted_model(session.teacher, cache_dir(session.cfg))
+        model_dir(teacher, Path(settings.cache))
 
     @staticmethod
-    def describe(cfg: DistillConfig, device: str) -> dict:
+    def describe(settings: BackendSettings) -> dict:
         """meta.json's ``backend``."""
         import ctranslate2
 
-        sampling = cfg.decoding.strategy in SAMPLING_STRATEGIES
+        strategy = settings.decoding.strategy
         return {"name": CTranslate2Backend.name, "ctranslate2_version": ctranslate2.__version__,
-                "compute_type": cfg.compute_type,
-                "sub_batch_tokens": sub_batch_tokens(device_and_index(device)[0], cfg.decoding.strategy),
+                "compute_type": settings.compute_type,
+                "sub_batch_tokens": sub_batch_tokens(device_and_index(settings.device)[0], strategy),
                 **({"sampling_reproducible": "the same seed and batching (--max-tokens, --max-sentences) give the "
                     "same samples whatever the shards, workers or resumption; another batching gives other "
-                    "samples, and they differ from the fairseq backend's"} if sampling else {})}
+                    "samples, and they differ from the fairseq backend's"}
+                   if strategy in SAMPLING_STRATEGIES else {})}
 
     def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
         """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
@@ -201,10 +206,12 @@ class CTranslate2Backend:
     def submit(self, ids: list[int]) -> "PendingBatch":
         """Queue one batch on the replicas and return at once; ``result()`` waits for it. Sampling batches are
         decoded before returning: each needs its own seeded translator (see the module doc)."""
-        source = [line.split() for line in token_strings(self.src_dict, [self.source_tokens[i] for i in ids])]
-        options = dict(self.options, max_batch_size=self.sub_batch_tokens, batch_type="tokens")
+        source = [line.split() + self.source_suffix
+                  for line in token_strings(self.src_dict, [self.source_tokens[i] for i in ids])]
+        options = dict(self.options, max_batch_size=self.sub_batch_tokens, batch_type="tokens",
+                       target_prefix=[self.target_prefix] * len(ids) if self.target_prefix else None)
         if self.sampling:
-            self._ctranslate2.set_random_seed(batch_seed(self.session.cfg.decoding.seed, ids))
+            self._ctranslate2.set_random_seed(batch_seed(self.seed, ids))
             results = self._translator(self.files).translate_batch(source, **options)
         else:
             results = self.translator.translate_batch(source, asynchronous=True, **options)
@@ -212,8 +219,10 @@ class CTranslate2Backend:
 
     def hypotheses(self, result) -> list[Hypothesis]:
         lenpen = self.options["length_penalty"]
-        nbest = []
+        nbest, prefix = [], self.target_prefix
         for tokens, score in zip(result.hypotheses, result.scores):
+            if prefix and tokens[:len(prefix)] == prefix:  # CTranslate2 returns the target prefix too
+                tokens = tokens[len(prefix):]
             # Read as fairseq's score (the summed log-probability over length ** lenpen, the length counting
             # EOS, absent at the length limit) and brought to a per-token mean. It is not exactly fairseq's:
             # up to 0.003 higher on the micro teacher (docs/generate_distilled.md, "The logprob column")

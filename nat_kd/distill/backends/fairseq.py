@@ -5,35 +5,33 @@ Beam search and greedy give fairseq-generate's hypotheses token for token when b
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ..decoding import build_strategy
 from ..source import token_strings
-from . import Hypothesis
-
-if TYPE_CHECKING:
-    from ..workers import Session
+from .base import BackendInputs, BackendSettings, DecodedBatch, Hypothesis
 
 
 class FairseqBackend:
     name = "fairseq"
 
-    def __init__(self, session: Session, threads: int = 1):  # threads: torch's, set by the worker
-        self.teacher, self.dataset, self.device = session.teacher, session.dataset, session.device
-        self.nbest = session.strategy.beam_size if session.strategy.needs_reference else 1
-        self.generator = session.strategy.build_generator(self.teacher.models, self.teacher.tgt_dict)
+    def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1):
+        # threads: torch's, set by the worker
+        strategy = build_strategy(settings.decoding)
+        self.teacher, self.dataset, self.device = inputs.teacher, inputs.dataset, settings.device
+        self.nbest = strategy.beam_size if strategy.needs_reference else 1
+        self.generator = strategy.build_generator(self.teacher.models, self.teacher.tgt_dict)
 
     @staticmethod
-    def check(session: Session) -> None:
+    def check(settings: BackendSettings, teacher) -> None:
         """Any fairseq model decodes here."""
 
     @staticmethod
-    def prepare(session: Session) -> None:
+    def prepare(settings: BackendSettings, teacher) -> None:
         """Nothing to prepare: every worker loads the checkpoint itself."""
 
     @staticmethod
-    def describe(cfg, device: str) -> dict:
+    def describe(settings: BackendSettings) -> dict:
         """meta.json's ``backend``."""
-        return {"name": FairseqBackend.name, "fp16": cfg.fp16}
+        return {"name": FairseqBackend.name, "fp16": settings.fp16}
 
     def submit(self, ids: list[int]) -> "DecodedBatch":
         """The batch decoded now (fairseq decodes in the calling thread); ``result()`` returns it."""
@@ -50,13 +48,3 @@ class FairseqBackend:
         pieces = iter(token_strings(self.teacher.tgt_dict, [h["tokens"].cpu() for nbest in kept for h in nbest]))
         return [(sentence_id, [Hypothesis(next(pieces), float(h["positional_scores"].float().mean())) for h in nbest])
                 for sentence_id, nbest in zip(sample["id"].tolist(), kept)]
-
-
-class DecodedBatch:
-    """A batch already decoded, behind the ``result()`` of a queued one (see ``backends``)."""
-
-    def __init__(self, decoded: list[tuple[int, list[Hypothesis]]]):
-        self.decoded = decoded
-
-    def result(self) -> list[tuple[int, list[Hypothesis]]]:
-        return self.decoded

@@ -1,0 +1,80 @@
+"""transformers' own ``generate`` on a Hugging Face teacher: the reference that ``--check-against-transformers``
+compares the ctranslate2 backend with (not a backend of its own: CTranslate2 decodes these teachers faster).
+
+The same source tokens (the teacher tokenizer's, EOS included), the same beam size, length penalty and
+length limit, the n-best when the strategy reranks it. The limit is fairseq's: at most --max-len-b tokens,
+then EOS is forced (CTranslate2 stops there without it: the same tokens); a multilingual teacher's target
+language token is forced first and not counted. Beam search stops as fairseq's and
+CTranslate2's do, once the beam has its finished hypotheses (``early_stopping=True``).
+"""
+from __future__ import annotations
+
+import math
+
+from nat_kd.errors import SettingsError
+
+from ..decoding import build_strategy
+from ..source import token_strings
+from .base import BackendInputs, BackendSettings, DecodedBatch, Hypothesis
+
+SAMPLING_STRATEGIES = ("sampling", "topk", "topp")
+
+
+class TransformersBackend:
+    name = "transformers"
+
+    @staticmethod
+    def check(settings: BackendSettings, teacher) -> None:
+        """Refuse, before anything is decoded, what it cannot compare."""
+        if settings.decoding.strategy in SAMPLING_STRATEGIES:
+            raise SettingsError(f"--check-against-transformers compares searches, not samples: it needs --strategy "
+                                f"beam, greedy or seq-inter, not {settings.decoding.strategy}")
+        if getattr(teacher, "kind", None) != "transformers":
+            raise SettingsError("--check-against-transformers needs a Hugging Face teacher folder (--teacher-path)")
+
+    def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1):
+        import torch
+        from transformers import AutoModelForSeq2SeqLM
+
+        strategy, teacher = build_strategy(settings.decoding), inputs.teacher
+        self.check(settings, teacher)
+        torch.set_num_threads(threads)
+        self.torch, self.tokenizer = torch, teacher.tokenizer
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(str(teacher.path)).eval()
+        self.src_dict, self.source_tokens, self.eos = teacher.src_dict, inputs.source_tokens, teacher.eos
+        self.nbest = strategy.beam_size if strategy.needs_reference else 1
+        prefix = teacher.target_prefix
+        self.skip = 1 + len(prefix)  # the decoder's start token and the forced target language token
+        s = settings.decoding
+        self.options = dict(num_beams=strategy.beam_size, num_return_sequences=self.nbest, length_penalty=s.lenpen,
+                            do_sample=False, early_stopping=True,
+                            max_new_tokens=min(s.max_len_b, teacher.max_positions[1] - 1) + 1 + len(prefix),
+                            forced_eos_token_id=self.tokenizer.eos_token_id, min_new_tokens=1 + len(prefix),
+                            output_scores=True, return_dict_in_generate=True)
+        if prefix:
+            self.options["forced_bos_token_id"] = self.tokenizer.convert_tokens_to_ids(prefix[0])
+
+    def submit(self, ids: list[int]) -> DecodedBatch:
+        return DecodedBatch(self.decode(ids))
+
+    def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
+        """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
+        torch, tokenizer = self.torch, self.tokenizer
+        sources = [tokenizer.convert_tokens_to_ids(line.split() + [self.eos])
+                   for line in token_strings(self.src_dict, [self.source_tokens[i] for i in ids])]
+        width = max(map(len, sources))
+        input_ids = torch.full((len(sources), width), tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(input_ids)
+        for row, source in enumerate(sources):
+            input_ids[row, :len(source)], mask[row, :len(source)] = torch.tensor(source), 1
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=input_ids, attention_mask=mask, **self.options)
+        scores = out.sequences_scores.tolist() if getattr(out, "sequences_scores", None) is not None \
+            else [math.nan] * len(out.sequences)
+        specials = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+        hypotheses = []
+        for sequence, score in zip(out.sequences.tolist(), scores):
+            generated = sequence[self.skip:]
+            end = next((k for k, t in enumerate(generated) if t in specials), len(generated))
+            hypotheses.append(Hypothesis(" ".join(tokenizer.convert_ids_to_tokens(generated[:end])), score))
+        return [(sentence_id, hypotheses[k * self.nbest:(k + 1) * self.nbest]) for k, sentence_id in enumerate(ids)]

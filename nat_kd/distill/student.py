@@ -1,0 +1,46 @@
+"""``--student-data DIR``: the distilled set in the student's vocabulary. The texts (the source as given, the
+targets detokenized) are re-encoded with the student's tokenization and binarized with its dictionaries, both
+from a nat_kd.prepare folder (nat_kd.artifacts.PreparedCorpus), so bin/ is ready for fairseq-train whatever
+tokens the teacher wrote (a published teacher's own, or a fairseq teacher's other vocabulary)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from nat_kd.artifacts import PreparedCorpus
+from nat_kd.errors import SettingsError
+from nat_kd.hashing import sha256_file
+
+# a larger share of the targets' tokens outside the student's dictionary is warned about (and on the card)
+UNK_WARNING_SHARE = 0.01
+
+
+class StudentData:
+    def __init__(self, folder: str | Path, src: str, tgt: str):
+        self.prepared = PreparedCorpus(folder)
+        self.src, self.tgt = src, tgt
+        pair = self.prepared.language_pair()
+        if pair != (src, tgt):
+            raise SettingsError(f"--student-data {folder} is {pair[0]}-{pair[1]}, the distilled set {src}-{tgt}: give "
+                                "the student's prepared folder of the same language pair")
+        self.bin_dir = self.prepared.bin.root
+        for lang in (src, tgt):
+            if not self.prepared.bin.dictionary(lang).is_file():
+                raise SettingsError(f"--student-data {folder}: no {self.prepared.bin.dictionary(lang)}; is it "
+                                    "nat_kd.prepare output?")
+        self.tokenization = self.prepared.tokenization()
+
+    def encode(self, source: list[str], target: list[str]) -> tuple[list[str], list[str]]:
+        """The texts in the student's tokens."""
+        from nat_kd.tokenization import Tokenization
+
+        return (Tokenization(self.tokenization, self.src).encode_all(source),
+                Tokenization(self.tokenization, self.tgt).encode_all(target))
+
+    def fingerprint(self) -> dict:
+        """What bin/ depends on besides the texts: the student's tokenization and dictionaries."""
+        return {"tokenization": self.tokenization.fingerprint(),
+                "dictionaries": [sha256_file(self.prepared.bin.dictionary(lang)) for lang in (self.src, self.tgt)]}
+
+    def describe(self) -> dict:
+        return {"data": str(self.prepared.root.resolve()), "tokenization": self.tokenization.describe(),
+                "dictionaries": str(self.bin_dir.resolve()), "unk_warning_share": UNK_WARNING_SHARE}

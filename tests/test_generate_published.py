@@ -1,0 +1,262 @@
+"""Published teachers (nat_kd/distill/teachers.py): tiny Hugging Face MarianMT and M2M100 models built here
+(random weights, sentencepiece models trained on the tiny Multi30k slice, nothing downloaded), and a
+CTranslate2 folder as OPUS-MT conversions ship it; distilled, checked against transformers' own generate,
+re-encoded into the student's vocabulary and trained on by a NAT student."""
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from nat_kd.distill import DistillConfig, distill
+from nat_kd.distill.decoding import DecodingSettings
+from nat_kd.errors import SettingsError
+from test_fairseq_training import train_and_decode
+from test_generate import (EMPTY_LINE, N_LINES, corpus, kill_after_first_chunk_and_resume, lines,  # noqa: F401
+                           output_bytes)
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("ctranslate2")
+
+MAX_LEN = 12
+TRAIN_LINES = 203  # tiny_en_de's training split
+
+
+def train_sentencepiece(texts: list[str], prefix, size: int):
+    import sentencepiece
+
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_prefix=str(prefix), vocab_size=size, model_type="unigram",
+        character_coverage=1.0, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2)
+    return sentencepiece.SentencePieceProcessor(model_file=f"{prefix}.model")
+
+
+def tiny(config_class, vocab_size: int, **special):
+    # wide initial weights: a random model whose outputs depend on its input (beams and samples then differ)
+    return config_class(vocab_size=vocab_size, d_model=32, encoder_layers=1, decoder_layers=1,
+                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                        max_position_embeddings=512, init_std=0.5, **special)
+
+
+@pytest.fixture(scope="module")
+def teachers(tiny_en_de, tmp_path_factory):
+    """{"marian": folder, "m2m100": folder, "ct2": folder}: the teachers' vocabularies are not the student's
+    (tiny_en_de's joint 300-piece model): Marian has one sentencepiece model per language (150 pieces), M2M100 a
+    joint one (200 pieces) and the language codes; "ct2" is the Marian model as an OPUS-MT CTranslate2
+    conversion ships it (model.bin, vocabulary, source.spm, target.spm)."""
+    import torch
+    from ctranslate2.converters import TransformersConverter
+    from transformers import (M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer, MarianConfig,
+                              MarianMTModel, MarianTokenizer)
+    from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
+
+    work = tmp_path_factory.mktemp("published")
+    text = {lang: lines(tiny_en_de / "raw" / f"train.{lang}") for lang in ("en", "de")}
+    models = {}
+    torch.manual_seed(1)
+    pieces = []
+    for lang in ("en", "de"):
+        model = train_sentencepiece(text[lang], work / f"sp_{lang}", 150)
+        pieces += [model.id_to_piece(i) for i in range(model.get_piece_size())]
+    vocab = {"</s>": 0, "<unk>": 1}
+    for piece in pieces:
+        vocab.setdefault(piece, len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (work / "marian_vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    models["marian"] = work / "marian"
+    MarianTokenizer(source_spm=str(work / "sp_en.model"), target_spm=str(work / "sp_de.model"),
+                    vocab=str(work / "marian_vocab.json"), model_max_length=512).save_pretrained(models["marian"])
+    pad = len(vocab) - 1
+    MarianMTModel(tiny(MarianConfig, len(vocab), pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
+                       forced_eos_token_id=0)).save_pretrained(models["marian"])
+
+    joint = train_sentencepiece(text["en"] + text["de"], work / "sp_joint", 200)
+    encoder = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    for i in range(joint.get_piece_size()):
+        encoder.setdefault(joint.id_to_piece(i), len(encoder))
+    (work / "m2m_vocab.json").write_text(json.dumps(encoder), encoding="utf-8")
+    models["m2m100"] = work / "m2m100"
+    tokenizer = M2M100Tokenizer(vocab_file=str(work / "m2m_vocab.json"), spm_file=str(work / "sp_joint.model"),
+                                src_lang="en", tgt_lang="de", model_max_length=512,
+                                additional_special_tokens=[f"__{c}__" for c in FAIRSEQ_LANGUAGE_CODES["m2m100"]])
+    tokenizer.save_pretrained(models["m2m100"])
+    M2M100ForConditionalGeneration(tiny(
+        M2M100Config, len(tokenizer.get_vocab()) + tokenizer.num_madeup_words, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, decoder_start_token_id=2)).save_pretrained(models["m2m100"])
+
+    models["ct2"] = work / "opus-mt-ct2"
+    TransformersConverter(str(models["marian"])).convert(str(models["ct2"]))
+    for name in ("source.spm", "target.spm"):
+        (models["ct2"] / name).write_bytes((models["marian"] / name).read_bytes())
+    return models
+
+
+CODES = {"m2m100": dict(teacher_src_lang="en", teacher_tgt_lang="de")}
+
+
+def published(teachers, name, tiny_en_de, out, split="train", **kw):
+    decoding = {k: kw.pop(k) for k in list(kw) if k in DecodingSettings.__dataclass_fields__}
+    decoding.setdefault("max_len_b", MAX_LEN)
+    kw.setdefault("source", str(tiny_en_de / "raw" / f"{split}.en"))
+    kw.setdefault("reference", str(tiny_en_de / "raw" / f"{split}.de"))
+    return DistillConfig(teachers=[str(teachers[name])], out_dir=str(out), split=split,
+                         decoding=DecodingSettings(**decoding), ct2_cache=str(out.parent / "cache"), workers=1,
+                         threads=1, progress_bar=False, **{**CODES.get(name, {}), **kw})
+
+
+@pytest.mark.parametrize("name", ["marian", "m2m100"])
+def test_hugging_face_teacher_agrees_with_transformers_generate(teachers, tiny_en_de, tmp_path, name):
+    """Beam 4 on the training split: the check against transformers' generate is recorded and (same model,
+    same search) finds the same hypotheses; the output is line-aligned and detokenized by the teacher's own
+    tokenizer; the model is converted once, then found in the cache."""
+    result = distill(published(teachers, name, tiny_en_de, tmp_path / "a", strategy="beam", beam=4,
+                               check_against_transformers=TRAIN_LINES))
+    out, meta = result.out_dir, result.meta
+    check = meta["check_against_transformers"]
+    assert check["sentences"] == TRAIN_LINES and check["identical_share"] >= 0.95, check
+    assert lines(out / "train.en") == lines(tiny_en_de / "raw" / "train.en")
+    pieces = lines(out / "spm" / "train.de")
+    assert len(pieces) == len(lines(out / "train.de")) == TRAIN_LINES
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(teachers[name]), **(
+        {"src_lang": "en", "tgt_lang": "de"} if name == "m2m100" else {}))
+    assert lines(out / "train.de") == [tokenizer.decode(tokenizer.convert_tokens_to_ids(p.split()),
+                                                        skip_special_tokens=True) for p in pieces]
+    assert len(set(pieces)) > 20  # the random teacher's outputs depend on the source
+    teacher = meta["teacher"]
+    assert teacher["converter"] == "ctranslate2.converters.TransformersConverter" and teacher["kind"] == "transformers"
+    assert teacher["target_prefix"] == (["__de__"] if name == "m2m100" else [])
+    converted = [p for p in (tmp_path / "cache").iterdir() if (p / "model.bin").is_file()]
+    assert len(converted) == 1
+    again = distill(published(teachers, name, tiny_en_de, tmp_path / "b", strategy="greedy"))
+    assert [p for p in (tmp_path / "cache").iterdir() if (p / "model.bin").is_file()] == converted
+    assert again.meta["teacher"]["sha256"] == teacher["sha256"]
+
+
+def test_greedy_equals_transformers_generate_written_out(teachers, tiny_en_de, tmp_path):
+    """The reference spelled out here, without the toolkit: M2M100's greedy search by transformers, the target
+    language token forced first, at most MAX_LEN tokens then EOS."""
+    import torch
+
+    out = distill(published(teachers, "m2m100", tiny_en_de, tmp_path / "g", strategy="greedy")).out_dir
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(teachers["m2m100"]), src_lang="en", tgt_lang="de")
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(teachers["m2m100"])).eval()
+    source = lines(tiny_en_de / "raw" / "train.en")[:40]
+    expected = []
+    for line in source:
+        ids = tokenizer(line).input_ids
+        ids = ids if len(ids) <= 512 else ids[:511] + [tokenizer.eos_token_id]  # truncated as the generator does
+        with torch.inference_mode():
+            generated = model.generate(torch.tensor([ids]), num_beams=1, do_sample=False, max_new_tokens=MAX_LEN + 2,
+                                       forced_bos_token_id=tokenizer.get_lang_id("de"),
+                                       forced_eos_token_id=tokenizer.eos_token_id)[0, 2:].tolist()
+        tokens = tokenizer.convert_ids_to_tokens(generated)
+        expected.append(" ".join(tokens[:tokens.index("</s>")] if "</s>" in tokens else tokens))
+    assert lines(out / "spm" / "train.de")[:40] == expected
+
+
+@pytest.mark.parametrize("strategy, settings", [("beam", dict(beam=3)), ("greedy", {}), ("sampling", {}),
+                                                ("topk", dict(top_k=5)), ("topp", dict(top_p=0.8)),
+                                                ("seq-inter", dict(beam=3))])
+def test_every_strategy_with_a_published_teacher(teachers, tiny_en_de, corpus, tmp_path, strategy,  # noqa: F811
+                                                 settings):
+    """The 48-line corpus with an empty and an over-long source: line-aligned; sampled ones reproduce."""
+    kw = dict(split="valid", source=str(corpus / "src.en"), reference=str(corpus / "ref.de"), strategy=strategy,
+              max_tokens=600, **settings)
+    first = distill(published(teachers, "m2m100", tiny_en_de, tmp_path / "a", **kw))
+    target = lines(first.out_dir / "valid.de")
+    assert len(target) == N_LINES and target[EMPTY_LINE - 1] == ""
+    assert first.meta["empty_source_lines"] == [EMPTY_LINE] and first.meta["truncated_source_lines"]
+    pieces = lines(first.out_dir / "spm" / "valid.de")
+    assert len(pieces) == N_LINES and [i + 1 for i, p in enumerate(pieces) if not p] == [EMPTY_LINE]
+    if strategy in ("sampling", "topk", "topp"):
+        second = distill(published(teachers, "m2m100", tiny_en_de, tmp_path / "b", **kw))
+        assert output_bytes(second.out_dir) == output_bytes(first.out_dir)
+        greedy = distill(published(teachers, "m2m100", tiny_en_de, tmp_path / "c", **{**kw, "strategy": "greedy"}))
+        assert lines(greedy.out_dir / "valid.de") != target  # it did sample
+
+
+def test_ctranslate2_folder_as_opus_mt_ships_it(teachers, tiny_en_de, tmp_path):
+    """The converted Marian model with its source.spm/target.spm: the same hypotheses as the Hugging Face
+    folder (the sentencepiece models tokenize as MarianTokenizer does); nothing is converted."""
+    folder = distill(published(teachers, "ct2", tiny_en_de, tmp_path / "ct2", strategy="beam", beam=3))
+    hf = distill(published(teachers, "marian", tiny_en_de, tmp_path / "hf", strategy="beam", beam=3))
+    for name in ("spm/train.en", "spm/train.de", "train.de"):
+        assert lines(folder.out_dir / name) == lines(hf.out_dir / name), name
+    assert folder.meta["teacher"]["kind"] == "ctranslate2" and folder.meta["teacher"]["converter"] is None
+    assert not any((p / "model.bin").is_file() for p in (tmp_path / "cache").iterdir()
+                   if p.name != hf.meta["teacher"]["ctranslate2_model"].rsplit("/", 1)[-1])
+
+
+def test_student_vocabulary_bin_trains_a_nat_student(teachers, tiny_en_de, tmp_path):
+    """--student-data: bin/ is what fairseq-preprocess makes of the texts in the student's tokens (the source
+    side byte for byte the student's own binarized split), its <unk> share is counted, and a NAT student
+    trains on it."""
+    import sentencepiece
+    from fairseq.data import Dictionary
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
+    from nat_kd.distill.source import load_binarized
+
+    result = distill(published(teachers, "marian", tiny_en_de, tmp_path / "s", strategy="beam", beam=3,
+                               student_data=str(tiny_en_de)))
+    out = result.out_dir
+    for suffix in ("bin", "idx"):
+        assert (out / "bin" / f"train.en-de.en.{suffix}").read_bytes() == \
+            (tiny_en_de / "bin" / f"train.en-de.en.{suffix}").read_bytes()
+    assert (out / "bin" / "dict.de.txt").read_bytes() == (tiny_en_de / "bin" / "dict.de.txt").read_bytes()
+    assert sorted(result.meta["files"]["original_splits_in_bin"]) == ["test", "valid"]
+    student = sentencepiece.SentencePieceProcessor(model_file=str(tiny_en_de / "spm.model"))
+    dictionary = Dictionary.load(str(tiny_en_de / "bin" / "dict.de.txt"))
+    expected = [" ".join(student.encode(line, out_type=str)) for line in lines(out / "train.de")]
+    stored = load_binarized(out / "bin", "train", "de", "en-de", dictionary)
+    assert [dictionary.string(t) for t in stored] == [
+        " ".join(p if p in dictionary.indices else "<unk>" for p in line.split()) for line in expected]
+    unknown = sum(p not in dictionary.indices for line in expected for p in line.split())
+    recorded = result.meta["student_vocabulary"]["target"]
+    assert recorded["tokens"] == sum(len(line.split()) for line in expected) and recorded["unk"] == unknown
+    assert result.meta["student_vocabulary"]["source"]["unk"] == 0
+    spec = STUDENT_FAMILIES["nat"]
+    hyps = train_and_decode(out / "bin", tmp_path / "student", "kd_nat_tiny",
+                            ("--task", "translation_lev", "--criterion", "nat_loss", *spec.train_flags),
+                            spec.decode_flags)
+    assert sorted(hyps) == list(range(TRAIN_LINES))
+
+
+def test_killed_run_resumes_to_identical_output(teachers, tiny_en_de, corpus, tmp_path):  # noqa: F811
+    """topk by the command line, killed after its first chunk and run again: the same bytes as a whole run."""
+    command = [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", str(teachers["m2m100"]),
+               "--teacher-src-lang", "en", "--teacher-tgt-lang", "de", "--split", "valid",
+               "--source", str(corpus / "src.en"), "--reference", str(corpus / "ref.de"), "--strategy", "topk",
+               "--max-len-b", str(MAX_LEN), "--max-tokens", "600", "--max-sentences", "6", "--chunk-sentences", "6",
+               "--ct2-cache", str(tmp_path / "cache"), "--workers", "1", "--threads", "1", "--no-progress-bar"]
+    whole = tmp_path / "whole"
+    assert subprocess.run(command + ["--out", str(whole)], cwd=ROOT).returncode == 0
+    killed = tmp_path / "killed"
+    kill_after_first_chunk_and_resume(command + ["--out", str(killed)], killed)
+    assert output_bytes(killed) == output_bytes(whole)
+
+
+def test_settings_that_do_not_fit_are_refused(teachers, tiny_en_de, tmp_path):
+    def run(name, **kw):
+        distill(published(teachers, name, tiny_en_de, tmp_path / "x", **kw))
+
+    with pytest.raises(SettingsError, match=r"multilingual: give --teacher-src-lang and --teacher-tgt-lang"):
+        distill(DistillConfig(teachers=[str(teachers["m2m100"])], out_dir=str(tmp_path / "y"),
+                              source=str(tiny_en_de / "raw" / "valid.en"), reference=str(tiny_en_de / "raw" / "valid.de"),
+                              ct2_cache=str(tmp_path / "cache")))
+    with pytest.raises(SettingsError, match=r"neither xx nor __xx__ is in the vocabulary"):
+        run("m2m100", teacher_tgt_lang="xx")
+    with pytest.raises(SettingsError, match=r"translates one language pair: drop --teacher-src-lang"):
+        run("marian", teacher_src_lang="en", teacher_tgt_lang="de")
+    with pytest.raises(SettingsError, match=r"drop --backend fairseq"):
+        run("marian", backend="fairseq")
+    with pytest.raises(SettingsError, match=r"compares searches, not samples"):
+        run("marian", strategy="sampling", check_against_transformers=5)
+    with pytest.raises(SettingsError, match=r"--check-against-transformers needs a Hugging Face teacher"):
+        run("ct2", check_against_transformers=5)
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(SettingsError, match=r"model_type 'bert' is not supported; supported: marian"):
+        distill(published({"odd": tmp_path / "odd"}, "odd", tiny_en_de, tmp_path / "z"))
+    assert not any((tmp_path / n).exists() for n in "xyz")
