@@ -21,9 +21,9 @@ from fairseq.iterative_refinement_generator import DecoderOut
 from fairseq.models import register_model
 from fairseq.models.nat.nonautoregressive_transformer import NATransformerModel
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
-from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
-from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
+from .glancing import (Glancing, GlancingDecoder, add_glancing_args, build_nat_decoder,
+                       glance_count, glancing_defaults, glancing_mask)
 from .upsampling import upsampled_inputs
 
 
@@ -120,10 +120,7 @@ class CTCNATModel(Glancing, NATransformerModel):
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        decoder = CTCDecoder(args, tgt_dict, embed_tokens)
-        if getattr(args, "apply_bert_init", False):
-            decoder.apply(init_bert_params)
-        return decoder
+        return build_nat_decoder(CTCDecoder, args, tgt_dict, embed_tokens)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)

@@ -11,6 +11,7 @@ serve GLAT, CTC and the DA-Transformer.
 """
 import torch
 from fairseq.models.nat.nonautoregressive_transformer import NATransformerDecoder
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
 # GLAT anneals the ratio 0.5 -> 0.3; fairseq-based glancing recipes spread it over 200k updates
 # ("--glat-p 0.5:0.3@200k"). Shorter trainings should pass their own --glance-anneal-updates.
@@ -86,6 +87,15 @@ class Glancing:
             return 0.0
         return glance_ratio(self.num_updates, self.args.glance_start, self.args.glance_end,
                             self.args.glance_anneal_updates)
+
+
+def build_nat_decoder(decoder_class, args, tgt_dict, embed_tokens):
+    """``decoder_class(args, tgt_dict, embed_tokens)``, initialised BERT-style when --apply-bert-init asks for
+    it, as fairseq's own NAT models build theirs."""
+    decoder = decoder_class(args, tgt_dict, embed_tokens)
+    if getattr(args, "apply_bert_init", False):
+        decoder.apply(init_bert_params)
+    return decoder
 
 
 class GlancingDecoder(NATransformerDecoder):

@@ -162,12 +162,14 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
                    body),
              f"Student: {family}, seed 1, checkpoint chosen on validation BLEU; test is test_2016_flickr. The gap is "
              f"test BLEU minus the {beam} student's; p: sacrebleu's paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) "
-             f"of the student's test output against the {beam} student's ('-' where a test output is not on this machine). Data measures as in the analysis above "
+             f"of the student's test output against the {beam} student's ('-' where a test output is not on this "
+             "machine). Data measures as in the analysis above "
              "(13a, lowercased, the built-in fast_align). " + PAPER_NOTE + "\n"]
     if spread:
         parts += ["### Seed-to-seed spread (test BLEU)\n",
                   table(["training set", "seeds", "test BLEU by seed", "mean", "sd", "range"],
-                        [[label, len(v), ", ".join(f"{x:.2f}" for x in v), cell(statistics.mean(v) if v else None, ".2f"),
+                        [[label, len(v), ", ".join(f"{x:.2f}" for x in v),
+                          cell(statistics.mean(v) if v else None, ".2f"),
                           cell(statistics.stdev(v) if len(v) > 1 else None, ".2f"),
                           cell(max(v) - min(v) if v else None, ".2f")] for label, v in spread.items()]),
                   (f"Pooled seed sd: {sd:.2f} BLEU; a gap between two single-seed students is within noise below "

@@ -360,7 +360,8 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str) -> d
         "## 3. NAT students (test BLEU, sacrebleu on detokenized output; checkpoint chosen on "
         + ("validation BLEU" if cfg.student_training.bleu_every else "valid loss") + ")\n",
         students_table(cfg, res), bleu_signatures(res),
-        *([f"![students vs teacher capacity]({paths['capacity_figure'].name})\n"] if "capacity_figure" in paths else []),
+        *([f"![students vs teacher capacity]({paths['capacity_figure'].name})\n"]
+          if "capacity_figure" in paths else []),
         *central_section(cfg, res, out, paths),
         *speed_section(cfg, res),
         *(["## Learning curves (validation BLEU every N updates; the checkpoint kept is the best)\n",
