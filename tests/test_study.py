@@ -653,3 +653,17 @@ def test_the_same_outputs_in_another_study_folder_have_the_same_digests(tmp_path
                     {"outputs": [str(ctx.work / "out.txt")]}), plan[1]]
     third = Runner(tmp_path / "third").run(changed)
     assert third["a"]["digest"] != first["a"]["digest"] and third["b"]["fingerprint"] != first["b"]["fingerprint"]
+
+
+def test_spearman_over_eight_sets_counts_the_8_factorial_orders_only():
+    """The study's 8 training sets: 40,320 orders (not 40,320 squared, which would not fit in memory)."""
+    import tracemalloc
+
+    from nat_kd.study.central_table import spearman
+
+    tracemalloc.start()
+    rho, p = spearman(list(range(8)), [float(v) for v in range(8)])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert rho == pytest.approx(1.0) and p == pytest.approx(2 / 40320)
+    assert peak < 200e6
