@@ -108,6 +108,16 @@ class ClusterConfig:
         return ClusterConfig(launcher, resources)
 
 
+def add_launcher_arguments(parser, docs: str, *, launcher: str, cluster: str, dry_run: str, detach: str) -> None:
+    """--launcher, --cluster, --dry-run and --detach in an "on a cluster" group; each command says in its help
+    what a job is for it (a study step, a generator shard)."""
+    group = parser.add_argument_group(f"on a cluster ({docs}, \"On a cluster\")")
+    group.add_argument("--launcher", choices=LAUNCHERS, default="local", help=launcher)
+    group.add_argument("--cluster", metavar="CLUSTER.toml", help=cluster)
+    group.add_argument("--dry-run", action="store_true", help=dry_run)
+    group.add_argument("--detach", action="store_true", help=detach)
+
+
 def cluster_config(tables: dict, where: str = "") -> ClusterConfig:
     """``[launcher]`` and ``[resources.*]`` read and checked (``where``: the file, for the messages)."""
     prefix = f"{where}: " if where else ""

@@ -21,8 +21,9 @@ import submitit
 
 from nat_kd.artifacts import DistilledSet
 from nat_kd.hashing import sha256_json
-from nat_kd.launch import (LAUNCHERS, ClusterConfig, LaunchError, Resources, Submitted, job_failure, make_executor,
-                           read_cluster_file, sbatch_lines, sbatch_script, sigterm_as_interrupt, still_running, tail)
+from nat_kd.launch import (ClusterConfig, LaunchError, Resources, Submitted, add_launcher_arguments, job_failure,
+                           make_executor, read_cluster_file, sbatch_lines, sbatch_script, sigterm_as_interrupt,
+                           still_running, tail)
 
 from .progress import ChunkStore, shard_chunks
 
@@ -32,18 +33,15 @@ SHARD_RESOURCES = {"distil": Resources(gpus=1, cpus=8, mem_gb=32, hours=24)}
 
 
 def add_arguments(parser) -> None:
-    group = parser.add_argument_group("on a cluster (docs/generate_distilled.md, \"On a cluster\")")
-    group.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                       help="local (default): decode here; slurm: the --num-shards shards as one Slurm job array "
-                            "(submitit), merged when the last ends; submitit-local: the same jobs as processes here")
-    group.add_argument("--cluster", metavar="CLUSTER.toml",
-                       help="[launcher] (partition, account, max_retries, ...) and [resources.distil] (gpus, cpus, "
-                            "mem_gb, hours) of each shard's job")
-    group.add_argument("--dry-run", action="store_true",
-                       help="print the job array that would be submitted, with its sbatch options; run nothing")
-    group.add_argument("--detach", action="store_true",
-                       help="on Ctrl-C or SIGTERM, leave the shards' jobs running (default: cancel them); the last "
-                            "one merges, and rerunning the command waits for them")
+    add_launcher_arguments(
+        parser, "docs/generate_distilled.md",
+        launcher="local (default): decode here; slurm: the --num-shards shards as one Slurm job array (submitit), "
+                 "merged when the last ends; submitit-local: the same jobs as processes here",
+        cluster="[launcher] (partition, account, max_retries, ...) and [resources.distil] (gpus, cpus, mem_gb, "
+                "hours) of each shard's job",
+        dry_run="print the job array that would be submitted, with its sbatch options; run nothing",
+        detach="on Ctrl-C or SIGTERM, leave the shards' jobs running (default: cancel them); the last one merges, "
+               "and rerunning the command waits for them")
 
 
 class ShardJob(submitit.helpers.Checkpointable):

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from nat_kd.cli import add_verbose_argument, run, setup_logging
-from nat_kd.launch import LAUNCHERS, read_cluster_file, sigterm_as_interrupt
+from nat_kd.launch import add_launcher_arguments, read_cluster_file, sigterm_as_interrupt
 
 from .cluster import JobLauncher, check_resource_keys, dry_run, submitted_note
 from .config import load
@@ -38,19 +38,16 @@ def main(argv=None) -> int:
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
     p.add_argument("--results-only", action="store_true",
                    help="rewrite the results folder from the step records there are; run nothing")
-    cluster = p.add_argument_group("on a cluster (docs/study.md, \"On a cluster\")")
-    cluster.add_argument("--launcher", choices=LAUNCHERS, default="local",
-                         help="local (default): steps run here, --jobs at a time; slurm: each step a Slurm job "
-                              "(submitit), what is ready submitted together up to [launcher] max_jobs; "
-                              "submitit-local: the same jobs as processes on this machine")
-    cluster.add_argument("--cluster", metavar="CLUSTER.toml",
-                         help="[launcher] (partition, account, ...) and [resources.KIND] tables over the config's")
-    cluster.add_argument("--dry-run", action="store_true",
-                         help="print every job that would be submitted, with its resources and sbatch options; run "
-                              "nothing (needs no Slurm)")
-    cluster.add_argument("--detach", action="store_true",
-                         help="on Ctrl-C or SIGTERM, leave the submitted jobs running (default: cancel them); the "
-                              "next run of the same command waits for them and collects their results")
+    add_launcher_arguments(
+        p, "docs/study.md",
+        launcher="local (default): steps run here, --jobs at a time; slurm: each step a Slurm job (submitit), what "
+                 "is ready submitted together up to [launcher] max_jobs; submitit-local: the same jobs as processes "
+                 "on this machine",
+        cluster="[launcher] (partition, account, ...) and [resources.KIND] tables over the config's",
+        dry_run="print every job that would be submitted, with its resources and sbatch options; run nothing (needs "
+                "no Slurm)",
+        detach="on Ctrl-C or SIGTERM, leave the submitted jobs running (default: cancel them); the next run of the "
+               "same command waits for them and collects their results")
     add_verbose_argument(p)
     args = p.parse_args(argv)
     return run(lambda: _study(args, argv))
