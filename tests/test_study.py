@@ -289,6 +289,21 @@ def _small_multi30k(folder: Path, train: int = 120, evaluation: int = 100) -> st
     return str(folder)
 
 
+def _run_profile(profile: str, tmp_path: Path, evaluation: int = 100):
+    """Run a bundled profile end to end on the first Multi30k lines; its folder, corpus, results folder,
+    results.md, step records and config, after checking that every planned step has a record."""
+    from nat_kd.study.__main__ import main
+
+    out = tmp_path / profile
+    corpus = _small_multi30k(tmp_path / "multi30k", evaluation=evaluation)
+    assert main([profile, "--out", str(out), "--data-dir", corpus]) == 0
+    results = out / "results"
+    steps = json.loads((results / "results.json").read_text())["steps"]
+    cfg = study_config.load(profile)
+    assert set(steps) == {s.name for s in build_plan(cfg, results)}
+    return out, corpus, results, (results / "results.md").read_text(), steps, cfg
+
+
 def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     from nat_kd.study.__main__ import main
 
@@ -457,14 +472,7 @@ def test_a_failing_job_raises_with_its_log_and_a_finished_one_writes_its_streams
 def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys):
     from nat_kd.study.__main__ import main
 
-    out = tmp_path / "kd"
-    corpus = _small_multi30k(tmp_path / "multi30k")
-    assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus]) == 0
-    results = out / "results"
-    text = (results / "results.md").read_text()
-    steps = json.loads((results / "results.json").read_text())["steps"]
-    cfg = study_config.load("kd-effect-micro")
-    assert set(steps) == {s.name for s in build_plan(cfg, results)}
+    out, corpus, results, text, steps, cfg = _run_profile("kd-effect-micro", tmp_path)
     for figure in ["validation_bleu_curves.png", "complexity_faithfulness_detailed.png",
                    "analysis/complexity_vs_faithfulness.png"]:
         assert (results / figure).stat().st_size > 10_000, figure
@@ -510,14 +518,7 @@ def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, ca
     seed spread, bootstrap p, the paper's figures), the seed spread, the correlations and the speed table."""
     from nat_kd.study.__main__ import main
 
-    out = tmp_path / "decoding"
-    corpus = _small_multi30k(tmp_path / "multi30k", evaluation=40)
-    assert main(["decoding-micro", "--out", str(out), "--data-dir", corpus]) == 0
-    results = out / "results"
-    text = (results / "results.md").read_text()
-    steps = json.loads((results / "results.json").read_text())["steps"]
-    cfg = study_config.load("decoding-micro")
-    assert set(steps) == {s.name for s in build_plan(cfg, results)}
+    out, corpus, results, text, steps, cfg = _run_profile("decoding-micro", tmp_path, evaluation=40)
     labels = cfg.data_labels()
     assert len(labels) == 8 and labels[-2:] == ["beam.mix-repeated", "beam.mix-bleu10"]
     central = text.split("## The central table", 1)[1].split("###", 1)[0]
