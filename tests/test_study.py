@@ -346,7 +346,16 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     (results / "results.md").unlink()
     assert main(["micro", "--out", str(out), "--data-dir", corpus, "--results-only"]) == 0
     assert "ran 0 step(s), 0 already done" in capsys.readouterr().out
-    assert (results / "results.md").read_text().replace(" --results-only", "") == text
+    assert (results / "results.md").read_text() == text  # it names the command that runs the study
+    assert "Partial results" not in text
+    # rendered mid-run, the page names the steps still to run and leaves their cells empty
+    record = out / "steps" / "student.nat.t2.beam.json"
+    record.rename(record.with_suffix(".away"))
+    assert main(["micro", "--out", str(out), "--data-dir", corpus, "--results-only"]) == 0
+    partial = (results / "results.md").read_text()
+    assert (f"**Partial results**: {len(steps) - 1} of {len(steps)} steps done; still to run: "
+            "`student.nat.t2.beam`.") in partial
+    assert "| t2.beam | - |" in partial and "| t2.beam | - |" not in text
 
 
 def test_prepare_steps_fingerprint_the_raw_corpus_not_its_location(tmp_path):

@@ -84,8 +84,11 @@ def _study(args, argv) -> int:
         print(f"stopped; the running jobs were {'left running' if args.detach else 'cancelled'}: rerun the same "
               "command to go on", file=sys.stderr)
         return 130
-    command = "python -m nat_kd.study " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    paths = write_results(cfg, records, out / "results", command)
+    # the command that runs the study, also when --results-only re-renders it: results.md describes the study
+    command = "python -m nat_kd.study " + " ".join(
+        shlex.quote(a) for a in (argv or sys.argv[1:]) if a != "--results-only")
+    paths = write_results(cfg, records, out / "results", command,
+                          pending=[s.name for s in steps if s.name not in records])
     print(f"ran {len(runner.ran)} step(s), {len(runner.skipped)} already done; results: {paths['markdown']}")
     return 0
 
