@@ -263,6 +263,21 @@ def test_multi_gpu_training_asks_fairseq_for_its_own_data_parallel_training(tmp_
     assert commands[2][commands[2].index("--distributed-world-size") + 1] == "4"
 
 
+def test_the_glancing_schedule_reaches_only_the_glancing_students(tmp_path, monkeypatch):
+    from nat_kd.study import fairseq_jobs
+    from nat_kd.study.config import ModelShape, Training
+
+    commands = []
+    monkeypatch.setattr(fairseq_jobs, "run_logged", lambda module, args, *a, **k: commands.append(list(map(str, args))))
+    (tmp_path / "checkpoint_best.pt").touch()
+    for family, anneal in [("glat", 1333), ("dat", 1333), ("glat_ctc", 0), ("nat", 1333), ("ctc", 1333)]:
+        fairseq_jobs.train(tmp_path, tmp_path, arch="a", shape=ModelShape(8, 8, 1, 1), nat_family=family,
+                           training=Training(updates=1, glance_anneal_updates=anneal), log=tmp_path / "log", threads=1)
+    flagged = [c[c.index("--glance-anneal-updates") + 1] if "--glance-anneal-updates" in c else None
+               for c in commands]
+    assert flagged == ["1333", "1333", None, None, None]
+
+
 # ------------------------------------------------------------------ real steps: the micro profile's first ones
 
 MICRO_STEPS = ("prepare", "teacher.t1", "distil.t1.beam")

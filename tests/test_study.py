@@ -78,6 +78,7 @@ def test_minimal_config_gets_defaults(tmp_path):
     ("[students]\nfamilies = ['nat', 'gpt']\n", "unknown 'gpt'"),
     ("[evaluation]\nsplits = ['valid']\n", "must include 'test'"),
     ("[teachers.models.training]\npatience = 2\n", "a: patience = 2 needs bleu_every > 0"),
+    ("[teachers.models.training]\nglance_anneal_updates = 9\n", "glance_anneal_updates is for glancing students"),
     ("[teachers.models.training]\nupdate = 2\n", "a: training: unknown key(s) update"),
     ("[analysis]\ninterpolation = 1.5\n", "must be in (0, 1)"),
     ("[analysis]\nbucket = [1]\n", "unknown key(s) bucket"),
@@ -609,8 +610,12 @@ def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
         assert plans["kd-effect"]["student.nat.real"].settings != plans[profile]["student.nat.real"].settings
     else:  # kd-effect's student settings, so the gains compare with its NAT's and CMLM's
         kd_student = plans["kd-effect"]["student.nat.real"].settings
+        assert "glance_anneal_updates" not in kd_student["training"]  # a default left out: the same fingerprint
         for family in ("glat", "glat_ctc", "dat"):
-            mine = plans[profile][f"student.{family}.real"].settings
+            mine = dict(plans[profile][f"student.{family}.real"].settings)
+            # and the glancing schedule of the 2,000 updates
+            mine["training"] = dict(mine["training"])
+            assert mine["training"].pop("glance_anneal_updates") == 1333
             assert {k: v for k, v in mine.items() if k != "arch" and k != "nat_family"} == \
                 {k: v for k, v in kd_student.items() if k != "arch" and k != "nat_family"}
         assert set(plans[profile]["speed"].settings["systems"]) == {

@@ -31,6 +31,7 @@ class StudentFamily:
     # fairseq task to train and decode with; kd_translation_lev (fairseq_plugins/tasks.py) for the families
     # annealing over updates, which translation_lev does not tell the model
     task: str = "translation_lev"
+    glancing: bool = False  # takes --glance-start/--glance-end/--glance-anneal-updates (glancing.py)
 
 
 STUDENT_FAMILIES = {
@@ -70,7 +71,7 @@ STUDENT_FAMILIES = {
         "glat", glat_base_architecture,
         ("--noise", "full_mask", "--pred-length-offset", "--length-loss-factor", "0.1"),
         ("--iter-decode-max-iter", "0"),
-        task="kd_translation_lev",
+        task="kd_translation_lev", glancing=True,
     ),
     # CTC NAT (Libovický & Helcl 2018): the source upsampled x2, CTC loss, one pass, no length predictor
     # (the noise is unused: full_mask is the cheapest translation_lev offers)
@@ -84,7 +85,7 @@ STUDENT_FAMILIES = {
         "ctc_nat", glat_ctc_base_architecture,
         ("--noise", "full_mask"),
         ("--iter-decode-max-iter", "0"),
-        task="kd_translation_lev",
+        task="kd_translation_lev", glancing=True,
     ),
     # NAT-CRF (Sun et al. 2019): vanilla NAT with a low-rank CRF over its outputs, Viterbi in one pass
     "nacrf": StudentFamily(
@@ -100,7 +101,7 @@ STUDENT_FAMILIES = {
         "dat", dat_base_architecture,
         ("--noise", "no_noise", "--upsample-factor", "4"),
         ("--iter-decode-max-iter", "0"),
-        task="kd_translation_lev",
+        task="kd_translation_lev", glancing=True,
     ),
 }
 

@@ -65,6 +65,9 @@ class Training:
     # the best validation BLEU instead of fairseq's best validation loss (see curve.py).
     bleu_every: int = 0
     patience: int = 0  # stop after this many BLEU measurements without a new best (0: train all updates)
+    # glancing students (GLAT, CTC with glancing, DA-Transformer): the updates over which the glancing ratio
+    # anneals from 0.5 to 0.3 (0: the plugin's default, fairseq recipes' 200k updates)
+    glance_anneal_updates: int = 0
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,9 @@ def _build(raw: dict, path: Path) -> StudyConfig:
         if training.patience and not training.bleu_every:
             raise ConfigError(f"{where}: patience = {training.patience} needs bleu_every > 0 (patience counts "
                               "validation BLEU measurements)")
+        if training.glance_anneal_updates and training is not student_training:
+            raise ConfigError(f"{where}: glance_anneal_updates is for glancing students: move it to "
+                              "[students.training]")
 
     section, where = dict(raw.pop("analysis", {})), "[analysis]"
     analysis = {key: _take(section, key, default, where, type(default) if key != "interpolation" else (int, float))

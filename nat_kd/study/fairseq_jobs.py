@@ -91,6 +91,8 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
     if nat_family:
         family = STUDENT_FAMILIES[nat_family]
         task = ["--task", family.task, "--criterion", "nat_loss", *family.train_flags]
+        if family.glancing and training.glance_anneal_updates:
+            task += ["--glance-anneal-updates", training.glance_anneal_updates]
     else:
         task = ["--task", "translation", "--criterion", "label_smoothed_cross_entropy"]
     validate = ["--validate-interval-updates", training.validate_every] if training.validate_every else []

@@ -260,10 +260,11 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
                 vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
 
     def train(name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=cfg.tgt, seed=1):
-        # the seed is a setting only when it is not fairseq's default, so the steps of studies made before
-        # seeds were configurable keep their fingerprints
+        # the seed and the glancing schedule are settings only when they are not the defaults, so the steps of
+        # studies made before they were configurable keep their fingerprints
+        training = {k: v for k, v in asdict(training).items() if k != "glance_anneal_updates" or v}
         add(name, "train", train_step, [prepare] + ([data] if data else []), prepare=prepare, data=data, arch=arch,
-            shape=asdict(shape), training=asdict(training), nat_family=nat_family, evaluation=evaluation, tgt=tgt,
+            shape=asdict(shape), training=training, nat_family=nat_family, evaluation=evaluation, tgt=tgt,
             **({"seed": seed} if seed != 1 else {}))
 
     add_prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit, cfg.corpus)
