@@ -557,6 +557,8 @@ def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, ca
     for measure in ["C(d), paper (mean over types)", "C(d), token-weighted", "F(d), floor 1e-9", "FRS"]:
         assert f"| {measure} |" in correlations
     assert (results / "student_bleu_vs_complexity.png").stat().st_size > 10_000
+    gains = text.split("## Does distillation help each student?", 1)[1].split("##", 1)[0]
+    assert all(f"| nat | {label} |" in gains for label in labels)
     speed = text.split("## Speed against quality", 1)[1].split("##", 1)[0]
     systems = ["teacher converged beam", "teacher converged greedy", "nat on converged.beam", "cmlm on converged.beam"]
     for system in systems:
@@ -636,6 +638,42 @@ def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
 def test_mix_seed_and_speed_errors_name_the_key(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         study_config.load(_write(tmp_path, MINIMAL + extra))
+
+
+def test_updates_per_second_is_the_median_chunk_rate():
+    from nat_kd.study.gains import updates_per_second
+
+    curve = [{"updates": 250, "train_seconds": 100.0}, {"updates": 500, "train_seconds": 50.0},
+             {"updates": 750, "train_seconds": 500.0}, {"updates": 1000, "train_seconds": 0.0}]  # measured earlier
+    assert updates_per_second(curve) == 2.5  # median of 2.5, 5 and 0.5
+    assert updates_per_second([]) is None
+
+
+def test_gains_table_sets_each_student_against_its_family_on_the_real_data(tmp_path):
+    from nat_kd.study.gains import gains_section
+
+    cfg = study_config.load(_write(tmp_path, MINIMAL))  # families nat and cmlm
+    (tmp_path / "prep" / "raw").mkdir(parents=True)
+    references = [f"a man number {i} rides a red bike down the hill" for i in range(40)]
+    (tmp_path / "prep" / "raw" / "test.de").write_text("\n".join(references) + "\n")
+
+    def student(name, lines, bleu, curve):
+        path = tmp_path / f"{name}.hyp"
+        path.write_text("\n".join(lines) + "\n")
+        return {"test_bleu": bleu, "test_hypotheses": str(path), "curve": curve, "updates_trained": curve[-1]["updates"]}
+
+    curve = [{"updates": 250, "train_seconds": 125.0}, {"updates": 500, "train_seconds": 250.0}]
+    res = {"prepare": {"dir": str(tmp_path / "prep")},
+           "student.nat.real": student("real", ["a dog"] * 40, 10.0, curve),
+           "student.nat.a.beam": student("beam", references, 60.0, curve),
+           "student.cmlm.real": student("cmlm", references, 50.0, curve)}  # no other cmlm student: no row
+    text = "".join(gains_section(cfg, res))
+    assert "| nat | real | 10.00 | - | baseline | 1.50 | 500 |" in text  # median of 2.0 and 1.0 updates/s
+    row = next(line for line in text.splitlines() if line.startswith("| nat | a.beam |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:4] == ["60.00", "+50.00"] and float(cells[4]) < 0.01  # the reference itself beats "a dog"
+    assert "| cmlm |" not in text
+    assert gains_section(cfg, {"prepare": res["prepare"], "student.nat.real": res["student.nat.real"]}) == []
 
 
 def test_spearman_p_value_is_exact_over_every_pairing():

@@ -20,6 +20,7 @@ from fairseq_plugins.models.nat import STUDENT_FAMILIES
 from .config import StudyConfig
 from .plan import student_step
 from .central_table import central_section
+from .gains import gains_section
 
 
 def teachers_table(cfg: StudyConfig, res: dict) -> str:
@@ -367,6 +368,7 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
         students_table(cfg, res), bleu_signatures(res),
         *([f"![students vs teacher capacity]({paths['capacity_figure'].name})\n"]
           if "capacity_figure" in paths else []),
+        *gains_section(cfg, res),
         *central_section(cfg, res, out, paths),
         *speed_section(cfg, res),
         *(["## Learning curves (validation BLEU every N updates; the checkpoint kept is the best)\n",
