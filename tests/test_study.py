@@ -320,6 +320,11 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
         assert title in text
     cfg = study_config.load("micro")
     assert f"steps ran {cfg.jobs} at a time, 1 torch thread each" in text
+    # fairseq-train's own speed reports, each family from scratch, two rounds taking turns
+    speed = json.loads((results / "results.json").read_text())["steps"]["training_speed"]["result"]
+    assert [(r["family"], r["round"]) for r in speed["runs"]] == [("nat", 1), ("glat", 1), ("glat", 2), ("nat", 2)]
+    assert all(r["updates_per_second"] > 0 for r in speed["runs"]) and speed["ratio"]["nat"] == 1.0
+    assert "## Training speed" in text and "| glat |" in text.split("## Training speed", 1)[1]
     data = json.loads((results / "results.json").read_text())
     steps = data["steps"]
     assert set(steps) == {s.name for s in build_plan(cfg, results)}
@@ -634,10 +639,57 @@ def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
     ("[speed]\ndata = 'a.beam'\nstudents = ['gpt']\n", "unknown 'gpt'"),
     ("[speed]\ndata = 'a.beam'\nbatchings = ['batch:4']\n", "'batch:4' is not 'sentences:N' or 'tokens:N'"),
     ("[speed]\ndata = 'a.beam'\nteacher_strategies = ['sampling']\n", "choose from 'beam', 'greedy'"),
+    ("[training_speed]\ndata = 'real'\n", "[training_speed]: missing key 'families'"),
+    ("[training_speed]\nfamilies = ['nat', 'nat']\ndata = 'real'\n", "name each student family once"),
+    ("[training_speed]\nfamilies = ['glat', 'gpt']\ndata = 'real'\n", "unknown 'gpt'"),
+    ("[training_speed]\nfamilies = ['nat']\ndata = 'a.nucleus'\n", "'a.nucleus' is not a training set"),
+    ("[training_speed]\nfamilies = ['nat']\ndata = 'real'\nupdates = 15\n", "updates = 15: at least 20"),
 ])
 def test_mix_seed_and_speed_errors_name_the_key(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         study_config.load(_write(tmp_path, MINIMAL + extra))
+
+
+def test_training_speed_takes_turns_and_reports_the_median_ratio(tmp_path, monkeypatch):
+    from nat_kd.study import fairseq_jobs
+    from nat_kd.study.plan import training_speed_step
+    from nat_kd.study.steps import Step, StepContext
+
+    speeds = {"nat": iter([1.0, 2.0, 1.0]), "dat": iter([0.5, 0.5, 0.4])}  # dat: 0.5, 0.25, 0.4 of nat
+    order = []
+
+    def fake(bin_dir, save_dir, *, nat_family, **kwargs):
+        order.append(nat_family)
+        return next(speeds[nat_family])
+
+    monkeypatch.setattr(fairseq_jobs, "training_speed", fake)
+    (tmp_path / "bin").mkdir()
+    ctx = StepContext(Step("training_speed", "speed", {}, None, []), tmp_path, tmp_path / "log",
+                      {"prepare": {"dir": str(tmp_path)}}, threads=1)
+    out = training_speed_step(ctx, prepare="prepare", data=None, families=["nat", "dat"],
+                              shape={"embed_dim": 8, "ffn_dim": 8, "layers": 1, "heads": 1},
+                              training={"updates": 1}, updates=20, repeats=3)
+    assert order == ["nat", "dat", "dat", "nat", "nat", "dat"]
+    assert out["ratio"] == {"nat": 1.0, "dat": 0.4} and out["baseline"] == "nat"
+
+
+def test_fairseq_training_speed_is_read_from_its_own_reports(tmp_path, monkeypatch):
+    from nat_kd.study import fairseq_jobs
+    from nat_kd.study.config import ModelShape, Training
+
+    log = tmp_path / "log"
+    log.write_text("INFO:train_inner:epoch 001: 10 / 9 loss=3, ups=9.0, wpb=1\n")  # an earlier run's
+
+    def fake_run(module, args, log_path, threads):
+        assert "--no-save" in args and args[args.index("--max-update") + 1] == 30 and threads == 1
+        with open(log_path, "a") as handle:
+            for ups in ("0.20", "0.60", "0.70", "0.80"):  # the first is start-up
+                handle.write(f"INFO:train_inner:epoch 001:     10 / 141 loss=7.6, ppl=196.2, ups={ups}, wpb=3440\n")
+
+    monkeypatch.setattr(fairseq_jobs, "run_logged", fake_run)
+    ups = fairseq_jobs.training_speed(tmp_path, tmp_path, arch="a", shape=ModelShape(8, 8, 1, 1),
+                                      training=Training(updates=1), nat_family="nat", updates=30, interval=10, log=log)
+    assert ups == 0.7
 
 
 def test_updates_per_second_is_the_median_chunk_rate():

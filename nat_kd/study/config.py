@@ -108,6 +108,16 @@ class SpeedSpec:
 
 
 @dataclass(frozen=True)
+class TrainingSpeedSpec:
+    """[training_speed]: fairseq-train's updates a second for each student family, from scratch on one training
+    set with [students.training]'s batches, one thread; ``repeats`` rounds, the families taking turns."""
+    families: tuple[str, ...]  # the first is the baseline of the ratios
+    data: str  # a training set's label
+    updates: int  # per run; fairseq logs its speed every 10 updates, and the first 10 (start-up) are left out
+    repeats: int
+
+
+@dataclass(frozen=True)
 class StudyConfig:
     name: str
     src: str
@@ -138,6 +148,7 @@ class StudyConfig:
     student_seeds: tuple[int, ...] = ()
     seed_sets: tuple[str, ...] = ()
     speed: SpeedSpec | None = None
+    training_speed: TrainingSpeedSpec | None = None
 
     def data_labels(self) -> list[str]:
         """Every training set's label, in plan order: the real data, the distilled sets, the mixes."""
@@ -290,6 +301,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
         if label not in labels:
             raise ConfigError(f"{where}.seed_sets: '{label}' is not a training set ({', '.join(labels)})")
     speed = _speed(raw.pop("speed", None), teachers, labels)
+    training_speed = _training_speed(raw.pop("training_speed", None), labels)
 
     section, where = dict(raw.pop("evaluation", {})), "[evaluation]"
     evaluation = {"beam": _take(section, "beam", 5, where, int),
@@ -342,7 +354,8 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     _no_leftovers(raw, "top level")
     return StudyConfig(name, src, tgt, vocab_size, train_limit, jobs, teachers, teacher_training, distilled,
                        decoding, max_tokens, families, student_shape, student_training, evaluation, analysis, rounds,
-                       born_student, born_shape, modes, path, corpus, mixes, seeds, seed_sets, speed)
+                       born_student, born_shape, modes, path, corpus, mixes, seeds, seed_sets, speed,
+                       training_speed)
 
 
 def _mixes(entries: list, distilled: set[str]) -> tuple[MixSpec, ...]:
@@ -401,6 +414,35 @@ def _speed(section: dict | None, teachers: tuple[TeacherSpec, ...], labels: list
     if repeats < 1:
         raise ConfigError(f"{where}.repeats = {repeats}: at least 1")
     return SpeedSpec(teacher, strategies, students, data, batchings, repeats)
+
+
+TRAINING_SPEED_INTERVAL = 10  # fairseq-train's --log-interval in a training-speed run
+
+
+def _training_speed(section: dict | None, labels: list[str]) -> TrainingSpeedSpec | None:
+    if section is None:
+        return None
+    section, where = dict(section), "[training_speed]"
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
+    families = tuple(_take(section, "families", MISSING, where, list))
+    data = _take(section, "data", MISSING, where, str)
+    updates = _take(section, "updates", 100, where, int)
+    repeats = _take(section, "repeats", 3, where, int)
+    _no_leftovers(section, where)
+    if not families or len(set(families)) != len(families):
+        raise ConfigError(f"{where}.families = {list(families)}: name each student family once")
+    for family in families:
+        if family not in STUDENT_FAMILIES:
+            raise ConfigError(f"{where}.families: unknown '{family}'; choose from {', '.join(STUDENT_FAMILIES)}")
+    if data not in labels:
+        raise ConfigError(f"{where}.data: '{data}' is not a training set ({', '.join(labels)})")
+    if updates < 2 * TRAINING_SPEED_INTERVAL:
+        raise ConfigError(f"{where}.updates = {updates}: at least {2 * TRAINING_SPEED_INTERVAL} (fairseq reports "
+                          f"its speed every {TRAINING_SPEED_INTERVAL} updates and the first report is start-up)")
+    if repeats < 1:
+        raise ConfigError(f"{where}.repeats = {repeats}: at least 1")
+    return TrainingSpeedSpec(families, data, updates, repeats)
 
 
 CORPUS_FILES = ("prepared", "trainpref", "validpref", "testpref", "spm_model", "bpe_codes")

@@ -13,7 +13,9 @@ import multiprocessing
 import os
 import re
 import runpy
+import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import sacrebleu
@@ -83,11 +85,8 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
                            + "\n    ".join(tail))
 
 
-def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training, log: Path,
-          threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0) -> Path:
-    """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
-    validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
-    node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself."""
+def _train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training,
+                nat_family: str | None, seed: int = 1, gpus: int = 0, log_interval: int = 50) -> list:
     if nat_family:
         family = STUDENT_FAMILIES[nat_family]
         task = ["--task", family.task, "--criterion", "nat_loss", *family.train_flags]
@@ -97,20 +96,48 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
         task = ["--task", "translation", "--criterion", "label_smoothed_cross_entropy"]
     validate = ["--validate-interval-updates", training.validate_every] if training.validate_every else []
     distributed = ["--distributed-world-size", gpus] if gpus > 1 else []
-    run_logged("fairseq_cli.train", [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--arch", arch,
-                *shape.flags(), "--label-smoothing", training.label_smoothing,
-                "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", training.lr,
-                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", training.warmup, "--warmup-init-lr", "1e-07",
-                "--weight-decay", training.weight_decay,
-                "--max-tokens", training.max_tokens, "--required-batch-size-multiple", 1,
-                "--max-update", training.updates, *validate, "--save-dir", save_dir, "--no-epoch-checkpoints",
-                "--seed", seed, *distributed,
-                "--log-format", "simple", "--log-interval", 50, "--no-progress-bar", "--num-workers", 0],
-               log, threads)
+    return [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--arch", arch,
+            *shape.flags(), "--label-smoothing", training.label_smoothing,
+            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", training.lr,
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", training.warmup, "--warmup-init-lr", "1e-07",
+            "--weight-decay", training.weight_decay,
+            "--max-tokens", training.max_tokens, "--required-batch-size-multiple", 1,
+            "--max-update", training.updates, *validate, "--save-dir", save_dir, "--no-epoch-checkpoints",
+            "--seed", seed, *distributed,
+            "--log-format", "simple", "--log-interval", log_interval, "--no-progress-bar", "--num-workers", 0]
+
+
+def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training, log: Path,
+          threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0) -> Path:
+    """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
+    validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
+    node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself."""
+    run_logged("fairseq_cli.train", _train_args(bin_dir, save_dir, arch=arch, shape=shape, training=training,
+                                                nat_family=nat_family, seed=seed, gpus=gpus), log, threads)
     best = save_dir / "checkpoint_best.pt"
     if not best.is_file():
         raise RuntimeError(f"fairseq-train wrote no {best}")
     return best
+
+
+_UPS = re.compile(r"\btrain_inner\b.*?\bups=([0-9.]+)")
+
+
+def training_speed(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training,
+                   nat_family: str, updates: int, interval: int, log: Path) -> float:
+    """fairseq-train from scratch for ``updates`` updates on one thread, nothing saved or validated: the median
+    of the updates/s it reports every ``interval`` updates, its first report (start-up) left out."""
+    start = log.stat().st_size if log.is_file() else 0
+    run_logged("fairseq_cli.train",
+               [*_train_args(bin_dir, save_dir, arch=arch, shape=shape, training=replace(training, updates=updates),
+                             nat_family=nat_family, log_interval=interval), "--no-save", "--disable-validation"],
+               log, threads=1)
+    with open(log, encoding="utf-8", errors="replace") as handle:
+        handle.seek(start)
+        rates = [float(x) for x in _UPS.findall(handle.read())][1:]
+    if not rates:
+        raise RuntimeError(f"{log}: fairseq-train reported no updates/s after its first {interval} updates")
+    return statistics.median(rates)
 
 
 def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: int, max_tokens: int, log: Path,

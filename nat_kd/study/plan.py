@@ -179,6 +179,32 @@ def speed_step(ctx: StepContext, *, prepare: str, systems: dict, batchings: list
             "runs": runs, "bleu": bleu, "speedup": speedup, "outputs": []}
 
 
+def training_speed_step(ctx: StepContext, *, prepare: str, data: str | None, families: list[str], shape: dict,
+                        training: dict, updates: int, repeats: int) -> dict:
+    """fairseq-train's updates/s for each family from scratch, one thread, ``repeats`` rounds; the families
+    take turns, in reverse order every other round, so that neither a change in load nor a warm cache favours
+    one. A ratio to the first family is taken within a round; the median over rounds is reported."""
+    import statistics
+
+    from .config import TRAINING_SPEED_INTERVAL
+
+    prepared = PreparedCorpus(ctx.results[prepare]["dir"])
+    bin_dir = (DistilledSet(ctx.results[data]["dir"]).bin if data else prepared.bin).root
+    runs = []
+    for round_ in range(1, repeats + 1):
+        for family in families if round_ % 2 else families[::-1]:
+            ups = jobs.training_speed(bin_dir, ctx.work / family, arch=student_arch(family), shape=ModelShape(**shape),
+                                      training=Training(**training), nat_family=family, updates=updates,
+                                      interval=TRAINING_SPEED_INTERVAL, log=ctx.log)
+            runs.append({"family": family, "round": round_, "updates_per_second": ups})
+    baseline = families[0]
+    by_round = {(r["family"], r["round"]): r["updates_per_second"] for r in runs}
+    ratio = {family: round(statistics.median(by_round[family, k] / by_round[baseline, k]
+                                             for k in range(1, repeats + 1)), 3) for family in families}
+    return {"families": families, "baseline": baseline, "updates": updates, "runs": runs, "ratio": ratio,
+            "outputs": []}
+
+
 def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, tgt: str, out: str,
                   details: dict | None = None) -> dict:
     from nat_kd.analysis.report import AnalysisReport, DataSet, DetailedAnalysisReport
@@ -323,6 +349,12 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
             systems[f"{family} on {sp.data}"] = {"step": step, "nat_family": family}
         add("speed", "speed", speed_step, ["prepare", *{s["step"] for s in systems.values()}], prepare="prepare",
             systems=systems, batchings=list(sp.batchings), repeats=sp.repeats, evaluation=evaluation, tgt=cfg.tgt)
+    if cfg.training_speed:
+        ts = cfg.training_speed
+        data = data_step[ts.data]
+        add("training_speed", "speed", training_speed_step, ["prepare"] + ([data] if data else []),
+            prepare="prepare", data=data, families=list(ts.families), shape=asdict(cfg.student_shape),
+            training=asdict(cfg.student_training), updates=ts.updates, repeats=ts.repeats)
     # 5. multi-modality: untagged en -> {de, fr, cs}
     if cfg.modes:
         m = cfg.modes

@@ -317,6 +317,31 @@ def speed_section(cfg: StudyConfig, res: dict) -> list[str]:
             + ", ".join(f"{f}: {' '.join(STUDENT_FAMILIES[f].decode_flags)}" for f in cfg.speed.students) + ".\n"]
 
 
+def training_speed_section(cfg: StudyConfig, res: dict) -> list[str]:
+    """Each family's updates/s in training, by round, and its ratio to the first family (the median of the
+    per-round ratios)."""
+    if not cfg.training_speed:
+        return []
+    title = "## Training speed (updates/s from scratch, one thread)\n"
+    speed = res.get("training_speed")
+    if not speed:
+        return [title, "(not run yet)\n"]
+    import statistics
+
+    rows = []
+    for family in speed["families"]:
+        rates = [r["updates_per_second"] for r in speed["runs"] if r["family"] == family]
+        rows.append([family, ", ".join(f"{x:.2f}" for x in rates), cell(statistics.median(rates), ".2f"),
+                     cell(speed["ratio"][family], ".2f")])
+    ts = cfg.training_speed
+    return [title, table(["student", "updates/s by round", "median", f"ratio to {speed['baseline']}"], rows),
+            f"Each run trains the student from scratch for {speed['updates']} updates on {ts.data} with "
+            f"[students.training]'s batches, nothing saved or validated; its speed is the median of fairseq-train's "
+            "own updates/s reports, the first (start-up) left out. The families take turns within a round, in "
+            f"reverse order every other round, {ts.repeats} round(s); a ratio is taken within a round, the median "
+            "reported.\n"]
+
+
 def _shown_path(path) -> str:
     """A path as the results show it: relative to the repository when inside it, not the machine's absolute one."""
     root = Path(__file__).resolve().parents[2]
@@ -371,6 +396,7 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
         *gains_section(cfg, res),
         *central_section(cfg, res, out, paths),
         *speed_section(cfg, res),
+        *training_speed_section(cfg, res),
         *(["## Learning curves (validation BLEU every N updates; the checkpoint kept is the best)\n",
            curves_table(cfg, res), f"![validation BLEU against updates]({paths['curves_figure'].name})\n"]
           if curves else []),
