@@ -142,10 +142,10 @@ def test_glancing_reveals_the_count_of_mistakes_along_the_best_path():
     predicted[1, [0, 3, 5]] = torch.tensor([0, 0, 0])  # 3 mistakes
     for ratio, counts in [(1.0, [3, 3]), (0.5, [1, 1]), (0.7, [2, 2]), (0.3, [0, 0])]:
         for seed in range(5):
-            glanced = glance_vertices(vertices, path, target, target_lengths, predicted, ratio,
-                                      torch.Generator().manual_seed(seed))
+            glanced, revealed_tokens = glance_vertices(vertices, path, target, target_lengths, predicted, ratio,
+                                                       torch.Generator().manual_seed(seed))
             revealed = glanced.ne(vertices)
-            assert revealed.sum(1).tolist() == counts
+            assert revealed.sum(1).tolist() == revealed_tokens.sum(1).tolist() == counts
             for b in range(2):
                 on_path = dict(zip(path[b, :target_lengths[b]].tolist(), target[b].tolist()))
                 for v in revealed[b].nonzero().flatten().tolist():
@@ -202,6 +202,9 @@ def test_micro_dat_learns_and_decodes_every_sentence_greedily(tiny_en_de, tmp_pa
                       "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0", "--save-dir", tmp_path)
     first, second = epoch_losses(log)  # the same sentences, shuffled
     assert second < 0.95 * first
+    # the glancing statistics reach fairseq-train's epoch lines: the ratio (0.5 for now) and the share glanced
+    glanced = [(float(r), float(g)) for r, g in re.findall(r"\| glance_ratio ([\d.]+) \| glanced ([\d.]+)", log)]
+    assert len(glanced) == 2 and all(r == 0.5 and 0 < g <= 0.5 for r, g in glanced), glanced
     out = run_fairseq("generate", tiny_en_de / "bin", *COMMON, *task[:2], "--path", tmp_path / "checkpoint_last.pt",
                       "--gen-subset", "train", "--max-tokens", "4096", *spec.decode_flags,
                       "--model-overrides", "{'dat_decoding': 'greedy'}")

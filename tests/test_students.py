@@ -8,6 +8,7 @@ import re
 
 import pytest
 import torch
+from fairseq.logging import metrics
 from conftest import MICRO_MODEL, run_fairseq
 from test_fairseq_training import COMMON, TRAIN
 
@@ -160,13 +161,19 @@ def test_glat_reveals_glance_count_of_the_measured_hamming_distance_and_trains_o
     hamming = (predicted.ne(tgt) & candidates).sum(1)
     assert hamming.sum() > 10  # an untrained model: plenty to reveal
 
-    out = model(src, src_lengths, prev, tgt)
+    with metrics.aggregate(new_root=True) as logged:
+        out = model(src, src_lengths, prev, tgt)
     revealed = tgt.ne(model.pad) & ~out["word_ins"]["mask"]
     assert not (revealed & ~candidates).any()
     assert revealed.sum(1).tolist() == glance_count(hamming, 0.4).tolist()
+    # fairseq-train's log lines: the ratio, and the share of the reference tokens revealed
+    assert logged.get_smoothed_values() == {"glance_ratio": 0.4,
+                                            "glanced": round(revealed.sum().item() / candidates.sum().item(), 3)}
 
     model.eval()  # no glancing outside training: the loss covers every reference position
-    assert torch.equal(model(src, src_lengths, prev, tgt)["word_ins"]["mask"], tgt.ne(model.pad))
+    with metrics.aggregate(new_root=True) as logged:
+        assert torch.equal(model(src, src_lengths, prev, tgt)["word_ins"]["mask"], tgt.ne(model.pad))
+    assert not logged.get_smoothed_values()
 
 
 def test_glancing_embeds_revealed_tokens_and_copies_the_source_elsewhere():
@@ -245,12 +252,15 @@ def test_ctc_glancing_reveals_glance_count_of_the_distance_to_the_best_alignment
         log_probs = torch.log_softmax(model.decoder(normalize=False, prev_output_tokens=inputs,
                                                     encoder_out=encoder_out), -1)
         expected_aligned, _ = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, model.bos)
-        glanced, aligned = model.glance(inputs, input_lengths, targets, target_lengths, encoder_out)
+        with metrics.aggregate(new_root=True) as logged:
+            glanced, aligned = model.glance(inputs, input_lengths, targets, target_lengths, encoder_out)
     hamming = (log_probs.argmax(-1).ne(expected_aligned) & inputs.ne(model.pad)).sum(1)
     assert torch.equal(aligned, expected_aligned)
     assert not (glanced & inputs.eq(model.pad)).any()
     assert glanced.sum(1).tolist() == glance_count(hamming, 0.5).tolist()
     assert glanced.sum() > 0
+    assert logged.get_smoothed_values() == {"glance_ratio": 0.5, "glanced": round(
+        glanced.sum().item() / inputs.ne(model.pad).sum().item(), 3)}  # of the aligned positions
     loss = model(src, src_lengths, None, tgt)["ctc"]["loss"]
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters()

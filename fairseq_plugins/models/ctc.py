@@ -152,7 +152,9 @@ class CTCNATModel(Glancing, NATransformerModel):
             aligned, score = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, self.bos)
             candidates = inputs.ne(self.pad) & torch.isfinite(score).unsqueeze(1)
             hamming = (log_probs.argmax(-1).ne(aligned) & candidates).sum(1)
-            return glancing_mask(candidates, glance_count(hamming, ratio)), aligned
+            revealed = glancing_mask(candidates, glance_count(hamming, ratio))
+            self.log_glancing(ratio, revealed, candidates)
+            return revealed, aligned
 
     def initialize_output_tokens(self, encoder_out, src_tokens):
         tokens = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)

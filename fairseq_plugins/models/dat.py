@@ -128,17 +128,18 @@ def dag_decode(token_log_probs: torch.Tensor, links: torch.Tensor, graph_lengths
 
 def glance_vertices(vertices: torch.LongTensor, path: torch.LongTensor, target: torch.LongTensor,
                     target_lengths: torch.LongTensor, predicted: torch.LongTensor, ratio: float,
-                    generator: torch.Generator = None) -> torch.LongTensor:
-    """Decoder inputs with reference tokens revealed: the first pass's tokens (``predicted``, [B, L]) read
-    along the best ``path`` differ from the reference at ``hamming`` positions; ``floor(hamming x ratio)``
-    reference tokens chosen at random are written at their path vertices (the rest stay <unk>)."""
+                    generator: torch.Generator = None) -> tuple[torch.LongTensor, torch.BoolTensor]:
+    """Decoder inputs with reference tokens revealed, and which reference tokens ([B, T]): the first pass's
+    tokens (``predicted``, [B, L]) read along the best ``path`` differ from the reference at ``hamming``
+    positions; ``floor(hamming x ratio)`` reference tokens chosen at random are written at their path vertices
+    (the rest stay <unk>)."""
     on_target = torch.arange(target.size(1), device=target.device)[None, :] < target_lengths[:, None]
     hamming = (predicted.gather(1, path).ne(target) & on_target).sum(1)
     revealed = glancing_mask(on_target, glance_count(hamming, ratio), generator)
     rows = torch.arange(target.size(0), device=target.device)[:, None].expand_as(path)
     glanced = vertices.clone()
     glanced[rows[revealed], path[revealed]] = target[revealed]  # a path's vertices are distinct
-    return glanced
+    return glanced, revealed
 
 
 @register_model("dat")
@@ -174,8 +175,9 @@ class DATransformerModel(Glancing, FairseqNATModel):
             with torch.no_grad():
                 token_log_probs, links = self.decoder.forward_graph(encoder_out, vertices)
                 path = dag_best_path(target_emissions(token_log_probs, tgt_tokens), links, target_lengths, lengths)
-                vertices = glance_vertices(vertices, path, tgt_tokens, target_lengths, token_log_probs.argmax(-1),
-                                           ratio)
+                vertices, revealed = glance_vertices(vertices, path, tgt_tokens, target_lengths,
+                                                     token_log_probs.argmax(-1), ratio)
+            self.log_glancing(ratio, revealed, tgt_tokens.ne(self.pad))
         token_log_probs, links = self.decoder.forward_graph(encoder_out, vertices)
         log_likelihood = dag_log_likelihood(target_emissions(token_log_probs, tgt_tokens), links, target_lengths,
                                             lengths)

@@ -10,6 +10,7 @@ the option helpers and ``GlancingDecoder`` (revealed tokens embedded, the source
 serve GLAT, CTC and the DA-Transformer.
 """
 import torch
+from fairseq.logging import metrics
 from fairseq.models.nat.nonautoregressive_transformer import NATransformerDecoder
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
@@ -87,6 +88,16 @@ class Glancing:
             return 0.0
         return glance_ratio(self.num_updates, self.args.glance_start, self.args.glance_end,
                             self.args.glance_anneal_updates)
+
+    @staticmethod
+    def log_glancing(ratio: float, revealed: torch.BoolTensor, candidates: torch.BoolTensor) -> None:
+        """fairseq-train's log lines get the ratio of this update and ``glanced``, the share of the positions
+        that could be revealed (reference tokens; for CTC, aligned positions) that were: as the model learns,
+        its first pass misses less and the share falls below the ratio."""
+        count = int(candidates.sum())
+        # priority: after the criterion's losses and fairseq's speed and batch figures, where readers look first
+        metrics.log_scalar("glance_ratio", ratio, weight=1, priority=250, round=3)
+        metrics.log_scalar("glanced", int(revealed.sum()) / max(count, 1), weight=count, priority=250, round=3)
 
 
 def build_nat_decoder(decoder_class, args, tgt_dict, embed_tokens):

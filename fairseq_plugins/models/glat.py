@@ -55,7 +55,9 @@ class GLATModel(Glancing, NATransformerModel):
             predicted = self.decoder(normalize=False, prev_output_tokens=prev_output_tokens,
                                      encoder_out=encoder_out).argmax(-1)
         hamming = (predicted.ne(tgt_tokens) & candidates).sum(1)
-        return glancing_mask(candidates, glance_count(hamming, ratio))
+        revealed = glancing_mask(candidates, glance_count(hamming, ratio))
+        self.log_glancing(ratio, revealed, candidates)
+        return revealed
 
 
 def glat_base_architecture(args):
