@@ -281,10 +281,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     students = dict(raw.pop("students", {}))
     where = "[students]"
     families = tuple(_take(students, "families", ["nat", "cmlm"], where, list))
-    from fairseq_plugins.models.nat import STUDENT_FAMILIES
-    for family in families:
-        if family not in STUDENT_FAMILIES:
-            raise ConfigError(f"{where}.families: unknown '{family}'; choose from {', '.join(STUDENT_FAMILIES)}")
+    _check_families(families, f"{where}.families")
     student_shape = _dataclass(ModelShape, students.pop("model", {}), "[students.model]")
     student_training = _dataclass(Training, students.pop("training", {}), "[students.training]")
     seeds = tuple(_take(students, "seeds", [], where, list))  # beyond seed 1, which every student trains with
@@ -298,8 +295,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     mixes = _mixes(raw.pop("mixes", []), {d.name for d in distilled})
     labels = ["real"] + [d.name for d in distilled] + [m.name for m in mixes]
     for label in seed_sets:
-        if label not in labels:
-            raise ConfigError(f"{where}.seed_sets: '{label}' is not a training set ({', '.join(labels)})")
+        _check_label(label, labels, f"{where}.seed_sets")
     speed = _speed(raw.pop("speed", None), teachers, labels)
     training_speed = _training_speed(raw.pop("training_speed", None), labels)
 
@@ -385,12 +381,23 @@ def _mixes(entries: list, distilled: set[str]) -> tuple[MixSpec, ...]:
     return tuple(out)
 
 
+def _check_families(families, where: str) -> None:
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
+    for family in families:
+        if family not in STUDENT_FAMILIES:
+            raise ConfigError(f"{where}: unknown '{family}'; choose from {', '.join(STUDENT_FAMILIES)}")
+
+
+def _check_label(label: str, labels: list[str], where: str) -> None:
+    if label not in labels:
+        raise ConfigError(f"{where}: '{label}' is not a training set ({', '.join(labels)})")
+
+
 def _speed(section: dict | None, teachers: tuple[TeacherSpec, ...], labels: list[str]) -> SpeedSpec | None:
     if section is None:
         return None
     section, where = dict(section), "[speed]"
-    from fairseq_plugins.models.nat import STUDENT_FAMILIES
-
     teacher = _take(section, "teacher", teachers[-1].name, where, str)
     strategies = tuple(_take(section, "teacher_strategies", ["beam", "greedy"], where, list))
     students = tuple(_take(section, "students", ["nat"], where, list))
@@ -402,11 +409,8 @@ def _speed(section: dict | None, teachers: tuple[TeacherSpec, ...], labels: list
         raise ConfigError(f"{where}.teacher: '{teacher}' is not one of [[teachers.models]]")
     if set(strategies) - {"beam", "greedy"} or not strategies:
         raise ConfigError(f"{where}.teacher_strategies = {list(strategies)}: choose from 'beam', 'greedy'")
-    for family in students:
-        if family not in STUDENT_FAMILIES:
-            raise ConfigError(f"{where}.students: unknown '{family}'; choose from {', '.join(STUDENT_FAMILIES)}")
-    if data not in labels:
-        raise ConfigError(f"{where}.data: '{data}' is not a training set ({', '.join(labels)})")
+    _check_families(students, f"{where}.students")
+    _check_label(data, labels, f"{where}.data")
     for batching in batchings:
         kind, _, size = str(batching).partition(":")
         if kind not in ("sentences", "tokens") or not size.isdigit() or int(size) < 1:
@@ -423,8 +427,6 @@ def _training_speed(section: dict | None, labels: list[str]) -> TrainingSpeedSpe
     if section is None:
         return None
     section, where = dict(section), "[training_speed]"
-    from fairseq_plugins.models.nat import STUDENT_FAMILIES
-
     families = tuple(_take(section, "families", MISSING, where, list))
     data = _take(section, "data", MISSING, where, str)
     updates = _take(section, "updates", 100, where, int)
@@ -432,11 +434,8 @@ def _training_speed(section: dict | None, labels: list[str]) -> TrainingSpeedSpe
     _no_leftovers(section, where)
     if not families or len(set(families)) != len(families):
         raise ConfigError(f"{where}.families = {list(families)}: name each student family once")
-    for family in families:
-        if family not in STUDENT_FAMILIES:
-            raise ConfigError(f"{where}.families: unknown '{family}'; choose from {', '.join(STUDENT_FAMILIES)}")
-    if data not in labels:
-        raise ConfigError(f"{where}.data: '{data}' is not a training set ({', '.join(labels)})")
+    _check_families(families, f"{where}.families")
+    _check_label(data, labels, f"{where}.data")
     if updates < 2 * TRAINING_SPEED_INTERVAL:
         raise ConfigError(f"{where}.updates = {updates}: at least {2 * TRAINING_SPEED_INTERVAL} (fairseq reports "
                           f"its speed every {TRAINING_SPEED_INTERVAL} updates and the first report is start-up)")
