@@ -365,6 +365,9 @@ def test_shards_as_a_job_array_give_the_unsharded_set_and_resume_from_saved_chun
     assert _set_bytes(out) == reference
     assert len(list((tmp_path / "sharded.jobs").glob("*_submitted.pkl"))) == 2  # one job a shard
     assert not (tmp_path / "sharded.partial").exists()  # merged by the last shard, progress removed
+    # a rerun finds the set complete (same teacher, corpus and settings) and submits nothing
+    assert _generate(micro_local, out, *shards, "--launcher", "submitit-local") == 0
+    assert len(list((tmp_path / "sharded.jobs").glob("*_submitted.pkl"))) == 2 and _set_bytes(out) == reference
     # shard 0 decoded here beforehand (a job that finished before its driver was stopped): only 1 goes out
     out = tmp_path / "resumed"
     _generate(micro_local, out, "--num-shards", "2", "--chunk-sentences", "30", "--shard-id", "0")

@@ -4,9 +4,10 @@ Shard k is ``distill`` with ``--shard-id k``, run by a submitit job; the N jobs 
 saves its chunks as it decodes (progress.py), and the shard that finishes last merges, as when the user
 starts the shards by hand. The driver waits for the array; a shard that died is resubmitted (up to
 [launcher] max_retries times) and resumes from its saved chunks. Should no shard have merged (all were done
-before this run), one more job merges. While the jobs run their ids are in ``OUT.jobs/submitted.json``, so
-a rerun of the same command after the driver was stopped with ``--detach`` waits on them instead of
-submitting them again.
+before this run), one more job merges; should the set be complete already (a rerun), the driver checks it
+(loading the teacher once) and submits nothing. While the jobs run their ids are in
+``OUT.jobs/submitted.json``, so a rerun of the same command after the driver was stopped with ``--detach``
+waits on them instead of submitting them again.
 """
 from __future__ import annotations
 
@@ -96,8 +97,21 @@ class ShardLauncher:
     def _executor(self):
         return make_executor(self.launcher, self.folder, self.resources, self.cluster.launcher, self.name)
 
+    def _complete(self) -> bool:
+        """The folder holds a set made with this teacher, corpus and settings (a rerun of a finished command).
+        Checked here, which loads the teacher on this machine, only when the folder holds a finished set."""
+        if DistilledSet(self.out).meta() is None:
+            return False
+        from .pipeline import already_done
+        from .workers import Session
+
+        return already_done(DistilledSet(self.out), Session(self.cfg).fingerprint()) is not None
+
     def run(self) -> bool:
         """Decode every shard as jobs (resubmitting those that die), merged; True once the set is complete."""
+        if self._complete():
+            logger.info("%s is already complete (same teacher, corpus and settings): nothing to submit", self.out)
+            return True
         jobs, to_submit = {}, []
         for shard in range(self.num_shards):
             previous = Submitted.read(self._marker(shard))

@@ -114,7 +114,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     return meta
 
 
-def _already_done(out: DistilledSet, fingerprint: dict) -> dict | None:
+def already_done(out: DistilledSet, fingerprint: dict) -> dict | None:
     meta = out.meta()
     return meta if meta is not None and meta.get("fingerprint") == fingerprint else None
 
@@ -134,7 +134,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
     fingerprint = session.fingerprint()
-    done = _already_done(out, fingerprint)
+    done = already_done(out, fingerprint)
     if done is not None:
         logger.info("%s is already complete (same teacher, corpus and settings): nothing to do", out_dir)
         return DistillResult(out_dir, True, done)
@@ -161,7 +161,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
         if not mine:
             logger.info("another process is merging %s", out_dir)
             return DistillResult(out_dir, False)
-        done = _already_done(out, fingerprint)
+        done = already_done(out, fingerprint)
         if done is None:
             timing = {"wall_seconds": None, "decode_wall_seconds": round(decode_wall, 3),
                       "sentences_decoded_this_run": decoded,
