@@ -552,6 +552,8 @@ def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, ca
     # the mixes really are nat_kd.mix sets of the beam set, with their counts
     mix = steps["mix.beam.mix-repeated"]["result"]
     assert mix["lines"] == steps["distil.converged.beam"]["result"]["sentences"] and mix["rule"] == "repeated"
+    decoding = text.split("## 2. Distilled", 1)[1].split("###", 1)[0]
+    assert f"| beam.mix-repeated | converged | mix of converged.beam ({mix['replaced']:,} lines replaced) |" in decoding
     seeds = [steps[s]["result"]["test_bleu"] for s in ("student.nat.converged.beam", "student.nat.converged.beam.seed2")]
     spread = text.split("### Seed-to-seed spread", 1)[1].split("###", 1)[0]
     assert f"| converged.beam | 2 | {seeds[0]:.2f}, {seeds[1]:.2f} |" in spread

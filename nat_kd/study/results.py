@@ -34,9 +34,15 @@ def teachers_table(cfg: StudyConfig, res: dict) -> str:
 
 def decoding_table(cfg: StudyConfig, res: dict) -> str:
     analysis = {row["name"]: row for row in res.get("analysis", {}).get("rows", [])}
+    teachers = {d.name: d.teacher for d in cfg.distilled}
+    mixes = []
+    for m in cfg.mixes:
+        replaced = res.get(f"mix.{m.name}", {}).get("replaced")
+        mixes.append((m.name, teachers[m.of], f"mix of {m.of}" + ("" if replaced is None else
+                                                               f" ({replaced:,} lines replaced)")))
     rows = []
-    for name, teacher, strategy in [("real", "-", "reference")] + [(d.name, d.teacher, d.strategy)
-                                                                   for d in cfg.distilled]:
+    for name, teacher, strategy in ([("real", "-", "reference")] + [(d.name, d.teacher, d.strategy)
+                                                                    for d in cfg.distilled] + mixes):
         a, d = analysis.get(name, {}), res.get(f"distil.{name}", {})
         rows.append([name, teacher, strategy, cell(a.get("complexity"), ".4f"), cell(a.get("faithfulness"), ".4f"),
                      cell(a.get("reordering"), ".4f"), cell(a.get("bleu"), ".2f"), cell(a.get("length_ratio"), ".3f"),
