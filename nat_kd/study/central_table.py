@@ -11,7 +11,7 @@ import math
 import statistics
 from pathlib import Path
 
-from nat_kd.analysis.plotting import plt, save_figure
+from nat_kd.analysis.plotting import legend_outside, plt, save_figure, scatter_sets
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.corpus import read_lines
 from nat_kd.markdown import cell, table
@@ -199,17 +199,13 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
 
 def predict_figure(rows: list[dict], family: str, path: Path) -> None:
     """Student test BLEU against the paper's C(d) and the token-weighted C(d), one labelled point per set."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.2))
     for ax, key, title in [(axes[0], "complexity", "C(d) as in the paper (mean over source types)"),
                            (axes[1], "complexity_token_weighted", "C(d) weighted by source-token count")]:
-        for i, r in enumerate(rows):
-            x = r["analysis"].get(key)
-            if x is None:
-                continue
-            ax.scatter(x, r["test"], s=40, color=f"C{i % 10}")
-            ax.annotate(r["label"], (x, r["test"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        scatter_sets(ax, [(r["label"], r["analysis"].get(key), r["test"]) for r in rows])
         ax.set(xlabel=f"{title} [nats]", ylabel=f"{family} student test BLEU")
-        ax.margins(0.2)
+        ax.margins(0.1)
         ax.grid(alpha=0.3)
+    legend_outside(axes[1])
     fig.suptitle("Does the data's complexity predict the student?", fontsize=10)
     save_figure(fig, path)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from nat_kd import __version__, atomic
 from nat_kd.markdown import cell, table
-from nat_kd.analysis.plotting import plot_mode_mix, plt, save_figure
+from nat_kd.analysis.plotting import (legend_outside, plot_complexity_faithfulness, plot_mode_mix, plt, save_figure,
+                                      scatter_sets, set_style)
 
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
 
@@ -196,8 +197,10 @@ def curves_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
     right.set(xlabel="updates", ylabel="validation BLEU", title="NAT students")
     for ax in (left, right):
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+    if left.get_legend_handles_labels()[0]:
+        left.legend(fontsize=8)
+    if right.get_legend_handles_labels()[0]:  # a curve per student and set: outside, where it hides none
+        legend_outside(right)
     save_figure(fig, path)
 
 
@@ -240,25 +243,24 @@ def analysis_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
     """Left: C(d) against F(d) as the paper defines them. Middle: token-weighted C(d) against the
     interpolated F(d). Right: C(d) within each source-frequency bucket, one line per training set."""
     rows = [r for r in _analysis_rows(cfg, res) if "complexity_buckets" in r]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     for ax, (cx, fx, title) in zip(axes, [("complexity", "faithfulness", "as in the paper (floor 1e-9)"),
                                           ("complexity_token_weighted", "faithfulness_interpolated",
                                            "token-weighted C(d), interpolated F(d)")]):
-        for i, r in enumerate(rows):
-            ax.scatter(r[cx], r[fx], s=40, color=f"C{i}")
-            ax.annotate(r["name"], (r[cx], r[fx]), textcoords="offset points", xytext=(5, 5), fontsize=9)
+        scatter_sets(ax, [(r["name"], r[cx], r[fx]) for r in rows])
         ax.set(xlabel="complexity C(d) [nats]", ylabel="faithfulness F(d) [nats]", title=title)
-        ax.margins(0.25)
+        ax.margins(0.1)
         ax.grid(alpha=0.3)
     right = axes[2]
-    for i, r in enumerate(rows):
+    for i, r in enumerate(rows):  # each set in its colour and marker of the left panels
         labels = [b["bucket"] for b in r["complexity_buckets"]]
-        right.plot(labels, [b["complexity"] for b in r["complexity_buckets"]], "o-", color=f"C{i}", label=r["name"])
+        right.plot(labels, [b["complexity"] for b in r["complexity_buckets"]], "-", label=r["name"],
+                   **set_style(i))
     right.set(xlabel="source word's count in the real data", ylabel="C(d) within the bucket [nats]",
               title="complexity by source-word frequency")
     right.grid(alpha=0.3)
     if rows:
-        right.legend(fontsize=8)
+        legend_outside(right)
     save_figure(fig, path)
 
 
@@ -376,6 +378,8 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
     if curves:
         paths["curves_figure"] = out / "validation_bleu_curves.png"
         curves_figure(cfg, res, paths["curves_figure"])
+    if _analysis_rows(cfg, res):  # drawn by the analysis step too; redrawn so that it has today's style
+        plot_complexity_faithfulness(_analysis_rows(cfg, res), out / "analysis" / "complexity_vs_faithfulness.png")
     details = detailed_tables(cfg, res)
     if details:
         paths["analysis_figure"] = out / "complexity_faithfulness_detailed.png"
