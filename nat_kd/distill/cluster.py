@@ -100,12 +100,13 @@ class ShardLauncher:
     def _complete(self) -> bool:
         """The folder holds a set made with this teacher, corpus and settings (a rerun of a finished command).
         Checked here, which loads the teacher on this machine, only when the folder holds a finished set."""
-        if DistilledSet(self.out).meta() is None:
+        out = DistilledSet(self.out)
+        if out.meta() is None:
             return False
         from .pipeline import already_done
         from .workers import Session
 
-        return already_done(DistilledSet(self.out), Session(self.cfg).fingerprint()) is not None
+        return already_done(out, Session(self.cfg).fingerprint()) is not None
 
     def run(self) -> bool:
         """Decode every shard as jobs (resubmitting those that die), merged; True once the set is complete."""

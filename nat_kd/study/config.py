@@ -66,7 +66,7 @@ class Training:
     bleu_every: int = 0
     patience: int = 0  # stop after this many BLEU measurements without a new best (0: train all updates)
     # glancing students (GLAT, CTC with glancing, DA-Transformer): the updates over which the glancing ratio
-    # anneals from 0.5 to 0.3 (0: the plugin's default, fairseq recipes' 200k updates)
+    # anneals from its start to its end (0: the plugin's default, fairseq recipes' 200k updates)
     glance_anneal_updates: int = 0
 
 
