@@ -583,6 +583,18 @@ def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, ca
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
 
 
+def test_only_selects_the_named_steps_and_what_they_need_in_plan_order():
+    from nat_kd.study.steps import Step, StepError, needed
+
+    plan = [Step("prepare", "prepare", {}, None), Step("teacher", "train", {}, None, ["prepare"]),
+            Step("distil", "distil", {}, None, ["prepare", "teacher"]), Step("real", "train", {}, None, ["prepare"]),
+            Step("speed", "speed", {}, None, ["prepare"])]
+    assert [s.name for s in needed(plan, ["distil"])] == ["prepare", "teacher", "distil"]
+    assert [s.name for s in needed(plan, ["speed", "real"])] == ["prepare", "real", "speed"]
+    with pytest.raises(StepError, match="--only speeds: no such step in this study's plan"):
+        needed(plan, ["speeds"])
+
+
 def test_a_study_reuses_the_finished_steps_of_another_with_the_same_fingerprint(tmp_path):
     calls = []
 

@@ -18,7 +18,7 @@ from nat_kd.launch import add_launcher_arguments, read_cluster_file, sigterm_as_
 
 from .cluster import JobLauncher, check_resource_keys, dry_run, submitted_note
 from .config import load
-from .steps import Runner
+from .steps import Runner, needed
 
 
 def main(argv=None) -> int:
@@ -36,6 +36,8 @@ def main(argv=None) -> int:
                    help="an earlier study's folder (e.g. runs/study/kd-effect): its finished steps with the same "
                         "settings on the same inputs count as done here (repeatable)")
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
+    p.add_argument("--only", metavar="STEP", action="append", default=[],
+                   help="run only this step and the steps it needs (repeatable; the names --list prints)")
     p.add_argument("--results-only", action="store_true",
                    help="rewrite the results folder from the step records there are; run nothing")
     add_launcher_arguments(
@@ -77,7 +79,12 @@ def _study(args, argv) -> int:
         return 0
     try:
         with sigterm_as_interrupt() if launcher else nullcontext():
-            records = runner.records(steps) if args.results_only else runner.run(steps)
+            if args.results_only:
+                records = runner.records(steps)
+            else:
+                records = runner.run(needed(steps, args.only) if args.only else steps)
+                if args.only:  # the results show every step done, not only those run now
+                    records = runner.records(steps)
     except KeyboardInterrupt:
         if launcher is None:
             raise

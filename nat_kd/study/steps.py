@@ -42,6 +42,21 @@ class Step:
     deps: list[str] = field(default_factory=list)
 
 
+def needed(steps: list[Step], names: list[str]) -> list[Step]:
+    """The named steps and every step they depend on, in plan order (``--only``)."""
+    by_name = {s.name: s for s in steps}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise StepError(f"--only {unknown[0]}: no such step in this study's plan (--list names them)")
+    keep, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name not in keep:
+            keep.add(name)
+            todo.extend(by_name[name].deps)
+    return [s for s in steps if s.name in keep]
+
+
 @dataclass
 class StepContext:
     step: Step
