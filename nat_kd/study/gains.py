@@ -1,4 +1,4 @@
-"""Does distillation help each student family? Every student against the student of the same family and seed
+"""Does distillation help each student family? Every seed-1 student against the same family's seed-1 student
 on the real data: the gain in test BLEU, sacrebleu's paired bootstrap of the two test outputs, and how fast
 each trained.
 
