@@ -273,6 +273,19 @@ def test_runner_runs_independent_steps_side_by_side(tmp_path):
     Runner(tmp_path, jobs=2).run([Step("x", "t", {}, meet), Step("y", "t", {}, meet)])
 
 
+def test_a_resumed_runner_starts_ready_steps_in_plan_order_not_by_depth(tmp_path):
+    calls = []
+    chain = lambda: [_step("prepare", "p", calls), _step("teacher", "t", calls, ["prepare"]),  # noqa: E731
+                     _step("beam", "b", calls, ["teacher"])]
+    Runner(tmp_path, jobs=1).run(chain())
+    calls.clear()
+    # "student.beam" comes first in the plan but is ready only once the done chain above it is skipped;
+    # "student.real.seed2" needs only prepare. One job: the plan's order must decide, not the depth.
+    Runner(tmp_path, jobs=1).run(chain() + [_step("student.beam", "s", calls, ["beam"]),
+                                            _step("student.real.seed2", "r", calls, ["prepare"])])
+    assert calls == ["student.beam", "student.real.seed2"]
+
+
 # ------------------------------------------------------------------ micro profile, end to end
 
 

@@ -161,22 +161,25 @@ class Runner:
         start = self.launcher.start if self.launcher else self._execute
         with ThreadPoolExecutor(limit) as pool, self.launcher or nullcontext():
             while True:
-                launched = True
-                while launched and not failure:  # skip what is up to date, start what is ready
-                    launched = False
+                skipped = True
+                while skipped and not failure:  # mark everything up to date first, however deep
+                    skipped = False
                     for step in [s for s in pending.values() if all(d in records for d in s.deps)]:
                         fingerprint = self.fingerprint(step, records)
                         record = self._record(step.name, fingerprint)
                         if self._up_to_date(record, fingerprint):
                             records[step.name] = record
                             self.skipped.append(step.name)
-                        elif len(running) < limit:
-                            logger.info("start %s", step.name)
-                            running[pool.submit(start, step, fingerprint, dict(records))] = step
-                        else:
-                            continue
-                        del pending[step.name]
-                        launched = True
+                            del pending[step.name]
+                            skipped = True
+                # then start what is ready in plan order, so a resumed run takes up the steps it had
+                # begun (listed earlier) before fresh ones that only became ready sooner
+                for step in [s for s in pending.values() if all(d in records for d in s.deps)]:
+                    if failure or len(running) >= limit:
+                        break
+                    logger.info("start %s", step.name)
+                    running[pool.submit(start, step, self.fingerprint(step, records), dict(records))] = step
+                    del pending[step.name]
                 if not running:
                     break
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
