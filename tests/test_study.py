@@ -700,6 +700,40 @@ def test_training_speed_takes_turns_and_reports_the_median_ratio(tmp_path, monke
     assert out["ratio"] == {"nat": 1.0, "dat": 0.4} and out["baseline"] == "nat"
 
 
+def test_decoding_speed_takes_turns_and_reports_the_median_ratio_per_batching(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from nat_kd.study import fairseq_jobs, plan
+    from nat_kd.study.steps import Step, StepContext
+
+    # sentences/s by (system, batching), one value a round: nat is 4, 2, 10 times beam at batch size 1
+    speeds = {("beam", "sentences1"): iter([1.0, 2.0, 1.0]), ("nat", "sentences1"): iter([4.0, 4.0, 10.0]),
+              ("beam", "tokens4096"): iter([10.0, 10.0, 10.0]), ("nat", "tokens4096"): iter([30.0, 20.0, 50.0])}
+    order = []
+
+    def translate(bin_dir, checkpoint, split, hypotheses, **kwargs):
+        order.append((checkpoint.name, hypotheses.name.split(".")[1]))
+        return ["a"]
+
+    monkeypatch.setattr(fairseq_jobs, "translate", translate)
+    monkeypatch.setattr(fairseq_jobs, "generation_speed",
+                        lambda log: {"sentences_per_second": next(speeds[order[-1]])})
+    monkeypatch.setattr(fairseq_jobs, "bleu", lambda lines, refs: {"bleu": 1.0})
+    monkeypatch.setattr(plan, "read_lines", lambda path: ["a"])
+    monkeypatch.setattr(plan, "PreparedCorpus", lambda d: SimpleNamespace(
+        raw=lambda split, lang: None, bin=SimpleNamespace(root=tmp_path), tokenization=lambda: None,
+        language_pair=lambda: None))
+    results = {"prepare": {"dir": str(tmp_path)}, "t": {"checkpoint": "beam"}, "s": {"checkpoint": "nat"}}
+    ctx = StepContext(Step("speed", "speed", {}, None, []), tmp_path, tmp_path / "log", results, threads=1)
+    out = plan.speed_step(ctx, prepare="prepare", systems={"beam": {"step": "t"}, "nat": {"step": "s"}},
+                          batchings=["sentences:1", "tokens:4096"], repeats=3, evaluation={"beam": 1}, tgt="de")
+    assert [name for name, _ in order] == ["beam", "nat", "beam", "nat",  # round 1 in plan order,
+                                           "nat", "beam", "nat", "beam",  # round 2 reversed
+                                           "beam", "nat", "beam", "nat"]
+    assert out["speedup"] == {"beam|sentences:1": 1.0, "nat|sentences:1": 4.0,
+                              "beam|tokens:4096": 1.0, "nat|tokens:4096": 3.0}
+
+
 def test_fairseq_training_speed_is_read_from_its_own_reports(tmp_path, monkeypatch):
     from nat_kd.study import fairseq_jobs
     from nat_kd.study.config import ModelShape, Training

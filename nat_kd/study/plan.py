@@ -4,6 +4,7 @@ returns what the results tables need (paths, BLEU, counts), plus the ``outputs``
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -139,21 +140,36 @@ def mix_step(ctx: StepContext, *, prepare: str, of: str, rule: dict, name: str, 
             "bleu_vs_reference": meta["scores"].get("bleu")}
 
 
+def _turns(systems: list[str], round_: int) -> list[str]:
+    """The order in which timed systems take their turn in a round: reversed every other round, so that
+    neither a change in the machine's load nor a cache warmed by the one before favours a system."""
+    return systems if round_ % 2 else systems[::-1]
+
+
+def _median_ratio(runs: list[dict], rate: str, system: str, baseline: str, *, group: str, **match) -> float:
+    """The median over rounds of ``system``'s rate divided by ``baseline``'s in the same round (machines
+    differ in speed, and one machine's load drifts, so only ratios taken side by side are compared)."""
+
+    def by_round(name):
+        return {r["round"]: r[rate] for r in runs if r[group] == name and all(r[k] == v for k, v in match.items())}
+
+    mine, base = by_round(system), by_round(baseline)
+    return statistics.median(mine[k] / base[k] for k in sorted(mine))
+
+
 def speed_step(ctx: StepContext, *, prepare: str, systems: dict, batchings: list[str], repeats: int,
                evaluation: dict, tgt: str) -> dict:
     """Test-set decoding speed on one thread: every system decodes the test set with every batching,
-    ``repeats`` rounds, the systems taking turns within a round, so that a change in the machine's load falls
-    on all of them alike. Speed is fairseq-generate's own count (sentences over the time spent generating,
-    model loading excluded); each speedup is a ratio within one round, the median over rounds reported."""
-    import statistics
-
+    ``repeats`` rounds, the systems taking turns (see ``_turns``). Speed is fairseq-generate's own count
+    (sentences over the time spent generating, model loading excluded); speedups are ``_median_ratio``s."""
     prepared = PreparedCorpus(ctx.results[prepare]["dir"])
     references = read_lines(prepared.raw("test", tgt))
     runs, bleu = [], {}
     for round_ in range(1, repeats + 1):
         for batching in batchings:
             kind, size = batching.split(":")
-            for label, system in systems.items():
+            for label in _turns(list(systems), round_):
+                system = systems[label]
                 hypotheses = ctx.work / f"{label.replace(' ', '_')}.{kind}{size}.hyp"
                 settings = {k: v for k, v in evaluation.items() if k != "splits"}
                 settings |= {"beam": system.get("beam", settings["beam"])}
@@ -167,40 +183,31 @@ def speed_step(ctx: StepContext, *, prepare: str, systems: dict, batchings: list
                 runs.append({"system": label, "batching": batching, "round": round_, **timing})
                 bleu[f"{label}|{batching}"] = jobs.bleu(lines, references)["bleu"]
     baseline = next(iter(systems))
-    speedup = {}
-    for batching in batchings:
-        for label in systems:
-            ratios = [mine["sentences_per_second"] / base["sentences_per_second"]
-                      for mine in runs for base in runs
-                      if mine["system"] == label and base["system"] == baseline
-                      and mine["batching"] == base["batching"] == batching and mine["round"] == base["round"]]
-            speedup[f"{label}|{batching}"] = round(statistics.median(ratios), 2)
+    speedup = {f"{label}|{batching}": round(_median_ratio(runs, "sentences_per_second", label, baseline,
+                                                          group="system", batching=batching), 2)
+               for batching in batchings for label in systems}
     return {"systems": systems, "baseline": baseline,
             "runs": runs, "bleu": bleu, "speedup": speedup, "outputs": []}
 
 
 def training_speed_step(ctx: StepContext, *, prepare: str, data: str | None, families: list[str], shape: dict,
                         training: dict, updates: int, repeats: int) -> dict:
-    """fairseq-train's updates/s for each family from scratch, one thread, ``repeats`` rounds; the families
-    take turns, in reverse order every other round, so that neither a change in load nor a warm cache favours
-    one. A ratio to the first family is taken within a round; the median over rounds is reported."""
-    import statistics
-
+    """fairseq-train's updates/s for each family from scratch, one thread, ``repeats`` rounds, the families
+    taking turns (see ``_turns``); each ratio to the first family is a ``_median_ratio``."""
     from .config import TRAINING_SPEED_INTERVAL
 
     prepared = PreparedCorpus(ctx.results[prepare]["dir"])
     bin_dir = (DistilledSet(ctx.results[data]["dir"]).bin if data else prepared.bin).root
     runs = []
     for round_ in range(1, repeats + 1):
-        for family in families if round_ % 2 else families[::-1]:
+        for family in _turns(families, round_):
             ups = jobs.training_speed(bin_dir, ctx.work / family, arch=student_arch(family), shape=ModelShape(**shape),
                                       training=Training(**training), nat_family=family, updates=updates,
                                       interval=TRAINING_SPEED_INTERVAL, log=ctx.log)
             runs.append({"family": family, "round": round_, "updates_per_second": ups})
     baseline = families[0]
-    by_round = {(r["family"], r["round"]): r["updates_per_second"] for r in runs}
-    ratio = {family: round(statistics.median(by_round[family, k] / by_round[baseline, k]
-                                             for k in range(1, repeats + 1)), 3) for family in families}
+    ratio = {family: round(_median_ratio(runs, "updates_per_second", family, baseline, group="family"), 3)
+             for family in families}
     return {"families": families, "baseline": baseline, "updates": updates, "runs": runs, "ratio": ratio,
             "outputs": []}
 

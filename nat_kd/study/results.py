@@ -320,8 +320,8 @@ def speed_section(cfg: StudyConfig, res: dict) -> list[str]:
             table(["system", "batching", "sentences/s (median)", f"speedup over {speed['baseline']}", "test BLEU"],
                   rows),
             f"{cfg.speed.repeats} rounds; within a round every system decodes the whole test set once per batching, "
-            "in turn. Speed is fairseq-generate's own count (time spent generating; loading excluded); a speedup is "
-            "the median of the per-round ratios. The students decode in "
+            "in turn (in reverse order every other round). Speed is fairseq-generate's own count (time spent "
+            "generating; loading excluded); a speedup is the median of the per-round ratios. The students decode in "
             + ", ".join(f"{f}: {' '.join(STUDENT_FAMILIES[f].decode_flags)}" for f in cfg.speed.students) + ".\n"]
 
 
