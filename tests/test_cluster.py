@@ -278,6 +278,19 @@ def test_the_glancing_schedule_reaches_only_the_glancing_students(tmp_path, monk
     assert flagged == ["1333", "1333", None, None, None]
 
 
+def test_label_smoothing_reaches_only_the_students_whose_loss_takes_it(tmp_path, monkeypatch):
+    from nat_kd.study import fairseq_jobs
+    from nat_kd.study.config import ModelShape, Training
+
+    commands = []
+    monkeypatch.setattr(fairseq_jobs, "run_logged", lambda module, args, *a, **k: commands.append(list(map(str, args))))
+    (tmp_path / "checkpoint_best.pt").touch()
+    for family in ("nat", "glat", "glat_ctc", "dat", None):
+        fairseq_jobs.train(tmp_path, tmp_path, arch="a", shape=ModelShape(8, 8, 1, 1), nat_family=family,
+                           training=Training(updates=1, label_smoothing=0.1), log=tmp_path / "log", threads=1)
+    assert [c[c.index("--label-smoothing") + 1] for c in commands] == ["0.1", "0.1", "0", "0", "0.1"]
+
+
 # ------------------------------------------------------------------ real steps: the micro profile's first ones
 
 MICRO_STEPS = ("prepare", "teacher.t1", "distil.t1.beam")

@@ -196,6 +196,20 @@ def test_glancing_embeds_revealed_tokens_and_copies_the_source_elsewhere():
 COPYING_ARCHS = ["kd_glat_tiny", "kd_ctc_tiny", "kd_dat_tiny"]
 
 
+@pytest.mark.parametrize("arch, smooths", [("kd_glat_tiny", True), ("kd_nacrf_tiny", True),
+                                           ("kd_ctc_tiny", False), ("kd_glat_ctc_tiny", False), ("kd_dat_tiny", False)])
+def test_a_loss_summed_over_alignments_refuses_label_smoothing_and_the_family_says_so(arch, smooths):
+    family = STUDENT_FAMILIES[arch[len("kd_"):-len("_tiny")]]
+    assert family.label_smoothing is smooths
+    settings = dict(MICRO, label_smoothing=0.1)
+    if smooths:
+        build_model(arch, 40, **settings)
+    else:
+        with pytest.raises(ValueError, match=r"no label smoothing, but --label-smoothing is 0.1; train it with "
+                                             r"--label-smoothing 0"):
+            build_model(arch, 40, **settings)
+
+
 @pytest.mark.parametrize("arch", COPYING_ARCHS)
 def test_decoder_copies_only_the_real_source_tokens_uniformly_from_left_or_right_padded_sources(arch):
     decoder = build_model(arch, 40, **MICRO).decoder

@@ -24,7 +24,7 @@ from fairseq.models.nat.nonautoregressive_transformer import base_architecture a
 
 from .glancing import (Glancing, GlancingDecoder, add_glancing_args, build_nat_decoder,
                        glance_count, glancing_defaults, glancing_mask)
-from .upsampling import upsampled_inputs
+from .upsampling import refuse_label_smoothing, upsampled_inputs
 
 
 def ctc_nll(log_probs, input_lengths, targets, target_lengths, blank: int, pinned=None, pinned_tokens=None):
@@ -117,6 +117,11 @@ class CTCNATModel(Glancing, NATransformerModel):
         add_glancing_args(parser)
         parser.add_argument("--upsample-factor", type=int,
                             help="decoder positions per source token (2: see the README's student table)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        refuse_label_smoothing(args, "ctc_nat (CTC NAT)")
+        return super().build_model(args, task)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):

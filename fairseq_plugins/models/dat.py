@@ -24,7 +24,7 @@ from torch import nn
 
 from .glancing import (Glancing, GlancingDecoder, add_glancing_args, build_nat_decoder,
                        glance_count, glancing_defaults, glancing_mask)
-from .upsampling import upsampled_inputs
+from .upsampling import refuse_label_smoothing, upsampled_inputs
 
 # A finite log(0) for forbidden links and unreachable cells: -inf would turn into NaN in the sums and
 # differences of the dynamic programmes (-inf - -inf), and their gradients.
@@ -160,6 +160,11 @@ class DATransformerModel(Glancing, FairseqNATModel):
     @property
     def allow_ensemble(self):
         return False  # the graphs of two models have no common vertices to average
+
+    @classmethod
+    def build_model(cls, args, task):
+        refuse_label_smoothing(args, "dat (DA-Transformer)")
+        return super().build_model(args, task)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):

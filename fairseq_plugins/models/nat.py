@@ -32,6 +32,9 @@ class StudentFamily:
     # annealing over updates, which translation_lev does not tell the model
     task: str = "translation_lev"
     glancing: bool = False  # takes --glance-start/--glance-end/--glance-anneal-updates (glancing.py)
+    # its loss smooths toward the uniform distribution with --label-smoothing; the losses summed over
+    # alignments or paths (CTC, DAG) have no one target per position to smooth, and refuse a non-zero value
+    label_smoothing: bool = True
 
 
 STUDENT_FAMILIES = {
@@ -79,13 +82,14 @@ STUDENT_FAMILIES = {
         "ctc_nat", ctc_base_architecture,
         ("--noise", "full_mask"),
         ("--iter-decode-max-iter", "0"),
+        label_smoothing=False,
     ),
     # CTC NAT with glancing on its best alignment (Gu & Kong 2021)
     "glat_ctc": StudentFamily(
         "ctc_nat", glat_ctc_base_architecture,
         ("--noise", "full_mask"),
         ("--iter-decode-max-iter", "0"),
-        task="kd_translation_lev", glancing=True,
+        task="kd_translation_lev", glancing=True, label_smoothing=False,
     ),
     # NAT-CRF (Sun et al. 2019): vanilla NAT with a low-rank CRF over its outputs, Viterbi in one pass
     "nacrf": StudentFamily(
@@ -101,7 +105,7 @@ STUDENT_FAMILIES = {
         "dat", dat_base_architecture,
         ("--noise", "no_noise", "--upsample-factor", "4"),
         ("--iter-decode-max-iter", "0"),
-        task="kd_translation_lev", glancing=True,
+        task="kd_translation_lev", glancing=True, label_smoothing=False,
     ),
 }
 

@@ -11,3 +11,12 @@ def upsampled_inputs(src_tokens: torch.LongTensor, upsample_factor: int, unk: in
     positions = torch.arange(int(lengths.max()), device=src_tokens.device)
     tokens = torch.full((src_tokens.size(0), positions.size(0)), pad, dtype=torch.long, device=src_tokens.device)
     return tokens.masked_fill(positions[None, :] < lengths[:, None], unk)
+
+
+def refuse_label_smoothing(args, model: str) -> None:
+    """Fail at build time on ``--label-smoothing`` > 0: the CTC and DAG losses sum over every alignment of the
+    reference, so no position has one target to smooth, and nat_loss would drop the value without a word (the
+    DA-Transformer's reference code refuses it too)."""
+    if getattr(args, "label_smoothing", 0) > 0:
+        raise ValueError(f"{model}: its loss has no label smoothing, but --label-smoothing is "
+                         f"{args.label_smoothing}; train it with --label-smoothing 0")

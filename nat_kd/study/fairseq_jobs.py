@@ -87,17 +87,20 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
 
 def _train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training,
                 nat_family: str | None, seed: int = 1, gpus: int = 0, log_interval: int = 50) -> list:
+    label_smoothing = training.label_smoothing
     if nat_family:
         family = STUDENT_FAMILIES[nat_family]
         task = ["--task", family.task, "--criterion", "nat_loss", *family.train_flags]
         if family.glancing and training.glance_anneal_updates:
             task += ["--glance-anneal-updates", training.glance_anneal_updates]
+        if not family.label_smoothing:
+            label_smoothing = 0  # the profile's one value serves every family; these refuse it
     else:
         task = ["--task", "translation", "--criterion", "label_smoothed_cross_entropy"]
     validate = ["--validate-interval-updates", training.validate_every] if training.validate_every else []
     distributed = ["--distributed-world-size", gpus] if gpus > 1 else []
     return [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--arch", arch,
-            *shape.flags(), "--label-smoothing", training.label_smoothing,
+            *shape.flags(), "--label-smoothing", label_smoothing,
             "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", training.lr,
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", training.warmup, "--warmup-init-lr", "1e-07",
             "--weight-decay", training.weight_decay,
