@@ -273,6 +273,30 @@ def test_runner_runs_independent_steps_side_by_side(tmp_path):
     Runner(tmp_path, jobs=2).run([Step("x", "t", {}, meet), Step("y", "t", {}, meet)])
 
 
+def test_list_says_which_steps_were_begun_with_the_same_inputs_and_where_their_curves_stand(tmp_path):
+    from nat_kd.study.curve import progress_note
+
+    def training(value):
+        def run(ctx):
+            (ctx.work / "checkpoints").mkdir()
+            (ctx.work / "checkpoints" / "curve.json").write_text(json.dumps(
+                [{"updates": 250, "valid_bleu": 3.5}, {"updates": 500, "valid_bleu": 9.25},
+                 {"updates": 750, "valid_bleu": 8.0}]))
+            raise RuntimeError("killed")
+        return Step("student", "train", {"value": value}, run, [])
+
+    calls = []
+    with pytest.raises(StepError):
+        Runner(tmp_path).run([_step("prepare", "p", calls), training("1")])
+    states = lambda value: [line.split() for line in Runner(tmp_path).status(  # noqa: E731
+        [_step("prepare", "p", calls), training(value)])]
+    assert states("1") == [["done", "prepare"], ["begun", "student"]]
+    assert states("2")[1] == ["to", "run", "student"]  # other inputs: the next run starts it afresh
+    assert progress_note(tmp_path / "work" / "student") == \
+        "  (measured to 750 updates, best validation BLEU 9.25 at 500)"
+    assert progress_note(tmp_path / "work" / "prepare") == ""
+
+
 def test_a_resumed_runner_starts_ready_steps_in_plan_order_not_by_depth(tmp_path):
     calls = []
     chain = lambda: [_step("prepare", "p", calls), _step("teacher", "t", calls, ["prepare"]),  # noqa: E731

@@ -18,6 +18,7 @@ from nat_kd.launch import add_launcher_arguments, read_cluster_file, sigterm_as_
 
 from .cluster import JobLauncher, check_resource_keys, dry_run, submitted_note
 from .config import load
+from .curve import progress_note
 from .steps import Runner, needed
 
 
@@ -75,6 +76,8 @@ def _study(args, argv) -> int:
         return 0
     if args.list:
         for step, line in zip(steps, runner.status(steps)):
+            if line.startswith("begun"):
+                line += progress_note(out / "work" / step.name)
             print(line + ("" if line.startswith("done") else submitted_note(out, step)))
         return 0
     try:

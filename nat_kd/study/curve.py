@@ -80,7 +80,8 @@ def train_with_curve(save_dir: Path, training: Training, train: Callable[[Traini
         trained = time.perf_counter() - started
         score = valid_bleu(last, save_dir / "valid.last.hyp")
         best = best_point(curve)
-        if best is None or score["bleu"] > best["valid_bleu"]:  # copied before the curve names it the best, so a kill in between only repeats the copy
+        # copied before the curve names it the best, so a kill in between only repeats the copy
+        if best is None or score["bleu"] > best["valid_bleu"]:
             _copy_atomically(last, save_dir / BEST)
             _copy_atomically(save_dir / "valid.last.hyp", best_hyps)
         curve.append({"updates": end, "valid_bleu": score["bleu"], "train_seconds": round(trained, 1),
@@ -91,3 +92,14 @@ def train_with_curve(save_dir: Path, training: Training, train: Callable[[Traini
             "valid_bleu": best["valid_bleu"],
             "valid_hypotheses": str(best_hyps), "updates_trained": curve[-1]["updates"],
             "stopped_early": curve[-1]["updates"] < training.updates}
+
+
+def progress_note(work: Path) -> str:
+    """For --list: where the learning curves in a begun step's work folder stand (empty if it has none)."""
+    notes = []
+    for path in sorted(work.rglob("curve.json")):
+        curve = json.loads(path.read_text(encoding="utf-8"))
+        if best := best_point(curve):
+            notes.append(f"measured to {curve[-1]['updates']:,} updates, best validation BLEU "
+                         f"{best['valid_bleu']:.2f} at {best['updates']:,}")
+    return f"  ({'; '.join(notes)})" if notes else ""

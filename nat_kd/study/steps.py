@@ -67,6 +67,15 @@ class StepContext:
     gpus: int = 0  # the GPUs a cluster job was given (0: fairseq uses what it sees, as on one machine)
 
 
+FINGERPRINT = ".fingerprint"  # in a step's work folder: the inputs it was begun with
+
+
+def begun_with(work: Path, fingerprint: str) -> bool:
+    """Whether the step's work folder was begun with these inputs (so a run resumes what is there)."""
+    marker = work / FINGERPRINT
+    return marker.is_file() and marker.read_text() == fingerprint
+
+
 def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: int, threads: int, gpus: int = 0,
             extra: dict | None = None) -> dict:
     """Run one step in ``root``'s work/NAME and write its record steps/NAME.json; returns the record.
@@ -77,11 +86,10 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
     record (the job's id)."""
     root = Path(root)
     work = root / "work" / step.name
-    marker = work / ".fingerprint"
-    if work.exists() and (not marker.is_file() or marker.read_text() != fingerprint):
+    if work.exists() and not begun_with(work, fingerprint):
         shutil.rmtree(work)  # made with other inputs: a resumed fairseq-train would continue the wrong run
     work.mkdir(parents=True, exist_ok=True)
-    marker.write_text(fingerprint)
+    (work / FINGERPRINT).write_text(fingerprint)
     log = root / "logs" / f"{step.name}.log"
     started = time.perf_counter()
     context = StepContext(step, work, log, results, threads, gpus)
@@ -203,13 +211,17 @@ class Runner:
         return {s.name: r for s in steps if (r := self._record(s.name)) is not None}
 
     def status(self, steps: list[Step]) -> list[str]:
-        """One line a step: done (up to date) or to run, in plan order; runs nothing."""
+        """One line a step, in plan order: done (up to date), begun (its work folder holds a run with the same
+        inputs, which the next run resumes) or to run; runs nothing."""
         records, lines = {}, []
         for step in steps:
             ready = all(d in records for d in step.deps)
-            record = self._record(step.name, self.fingerprint(step, records) if ready else None)
-            done = ready and self._up_to_date(record, self.fingerprint(step, records))
-            if done:
+            fingerprint = self.fingerprint(step, records) if ready else None
+            record = self._record(step.name, fingerprint)
+            if ready and self._up_to_date(record, fingerprint):
                 records[step.name] = record
-            lines.append(f"{'done  ' if done else 'to run'}  {step.name}")
+                state = "done  "
+            else:
+                state = "begun " if ready and begun_with(self.work_dir / step.name, fingerprint) else "to run"
+            lines.append(f"{state}  {step.name}")
         return lines
