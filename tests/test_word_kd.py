@@ -271,6 +271,21 @@ def test_fairseq_train_nat_student(tiny_en_de, micro_teacher, tmp_path, family):
     assert meters["word_kd_soft"]["sum"] > 0 and meters["length"]["sum"] > 0
 
 
+@pytest.mark.parametrize("outputs", [{"ctc": {"loss": torch.tensor(1.0), "factor": 1.0}},
+                                     {"dag": {"loss": torch.tensor(1.0), "factor": 1.0}},
+                                     {"word_ins": {"out": torch.zeros(2, 3, 5), "tgt": torch.zeros(2, 3, 4)}}])
+def test_a_student_without_reference_aligned_word_outputs_is_refused_by_name(outputs):
+    from fairseq_plugins.criterions.nat_word_kd import _AlphaWeightedStudent
+
+    class CTCNATModel:
+        def __call__(self, *args, **kwargs):
+            return outputs
+
+    with pytest.raises(TeacherError, match=r"nat_word_kd: CTCNATModel has no word_ins output aligned with the "
+                                           r"reference tokens .* train it with nat_loss"):
+        _AlphaWeightedStudent(CTCNATModel(), 0.5)()
+
+
 def test_teacher_of_another_dictionary_is_refused_by_criterion_and_precompute(micro_teacher, tmp_path, capsys):
     from nat_kd.prepare import PrepareConfig, prepare
     from nat_kd.teacher_topk import main as teacher_topk_main

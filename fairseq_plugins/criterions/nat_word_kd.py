@@ -6,8 +6,9 @@ reference gets weight alpha and the soft loss (1 - alpha) * T^2 * mean KL over t
 NAT predicts a reference token (its own ``word_ins`` mask, e.g. only the masked tokens for CMLM, every
 refinement step for the iterative NAT); the
 length loss and any other NAT loss keep their usual weights. Defined for students whose ``word_ins``
-output is aligned with the reference tokens (vanilla NAT, iterative NAT, CMLM, Levenshtein); the
-insertion transformer's slot-based targets are not, and are refused.
+output is aligned with the reference tokens (vanilla NAT, iterative NAT, CMLM, Levenshtein, GLAT); the
+insertion transformer's slot-based targets are not, nor are CTC's and the DA-Transformer's losses over every
+alignment, and those students are refused.
 
 fairseq's ``translation_lev`` task prepends <s> to source and target; the AT teacher never saw it, so it
 is removed before teacher forcing, and the NAT's <s> position gets no soft loss.
@@ -57,8 +58,10 @@ class _AlphaWeightedStudent:
         outputs = self.model(*args, **kwargs)
         word_ins = outputs.get("word_ins")
         if word_ins is None or word_ins.get("out") is None or word_ins["tgt"].dim() != 2:
-            raise TeacherError("nat_word_kd: this student has no token-aligned word_ins output (the insertion "
-                               "transformer predicts slots, not reference positions); word-level KD is undefined")
+            raise TeacherError(f"nat_word_kd: {type(self.model).__name__} has no word_ins output aligned with the "
+                               "reference tokens (the insertion transformer predicts slots; CTC and the "
+                               "DA-Transformer score every alignment of the reference); word-level KD is undefined "
+                               "for it: train it with nat_loss on distilled data")
         word_ins["factor"] = word_ins.get("factor", 1.0) * self.alpha
         self.outputs = outputs
         return outputs
