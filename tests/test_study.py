@@ -388,13 +388,14 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     # --results-only re-renders the tables from the records without running or checking any step
     (results / "results.md").unlink()
     assert main(["micro", "--out", str(out), "--data-dir", corpus, "--results-only"]) == 0
-    assert "ran 0 step(s), 0 already done" in capsys.readouterr().out
+    assert f"{len(steps)} of {len(steps)} steps done, none run" in capsys.readouterr().out
     assert (results / "results.md").read_text() == text  # it names the command that runs the study
     assert "Partial results" not in text
     # rendered mid-run, the page names the steps still to run and leaves their cells empty
     record = out / "steps" / "student.nat.t2.beam.json"
     record.rename(record.with_suffix(".away"))
     assert main(["micro", "--out", str(out), "--data-dir", corpus, "--results-only"]) == 0
+    assert f"{len(steps) - 1} of {len(steps)} steps done, none run" in capsys.readouterr().out
     partial = (results / "results.md").read_text()
     assert (f"**Partial results**: {len(steps) - 1} of {len(steps)} steps done; still to run: "
             "`student.nat.t2.beam`.") in partial

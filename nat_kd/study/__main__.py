@@ -99,7 +99,10 @@ def _study(args, argv) -> int:
         shlex.quote(a) for a in (argv or sys.argv[1:]) if a != "--results-only")
     paths = write_results(cfg, records, out / "results", command,
                           pending=[s.name for s in steps if s.name not in records])
-    print(f"ran {len(runner.ran)} step(s), {len(runner.skipped)} already done; results: {paths['markdown']}")
+    if args.results_only:
+        print(f"{len(records)} of {len(steps)} steps done, none run; results: {paths['markdown']}")
+    else:
+        print(f"ran {len(runner.ran)} step(s), {len(runner.skipped)} already done; results: {paths['markdown']}")
     return 0
 
 
