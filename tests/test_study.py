@@ -292,8 +292,7 @@ def test_list_says_which_steps_were_begun_with_the_same_inputs_and_where_their_c
         [_step("prepare", "p", calls), training(value)])]
     assert states("1") == [["done", "prepare"], ["begun", "student"]]
     assert states("2")[1] == ["to", "run", "student"]  # other inputs: the next run starts it afresh
-    assert progress_note(tmp_path / "work" / "student") == \
-        "  (measured to 750 updates, best validation BLEU 9.25 at 500)"
+    assert progress_note(tmp_path / "work" / "student") == "measured to 750 updates, best validation BLEU 9.25 at 500"
     assert progress_note(tmp_path / "work" / "prepare") == ""
 
 
@@ -394,11 +393,13 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     # rendered mid-run, the page names the steps still to run and leaves their cells empty
     record = out / "steps" / "student.nat.t2.beam.json"
     record.rename(record.with_suffix(".away"))
+    # as if killed in mid-curve: its work folder, begun with the same inputs, holds a learning curve
+    (out / "work" / "student.nat.t2.beam" / "curve.json").write_text('[{"updates": 1, "valid_bleu": 2.5}]')
     assert main(["micro", "--out", str(out), "--data-dir", corpus, "--results-only"]) == 0
     assert f"{len(steps) - 1} of {len(steps)} steps done, none run" in capsys.readouterr().out
     partial = (results / "results.md").read_text()
     assert (f"**Partial results**: {len(steps) - 1} of {len(steps)} steps done; still to run: "
-            "`student.nat.t2.beam`.") in partial
+            "`student.nat.t2.beam` (measured to 1 update, best validation BLEU 2.50 at 1).") in partial
     assert "| t2.beam | - |" in partial and "| t2.beam | - |" not in text
 
 

@@ -76,8 +76,8 @@ def _study(args, argv) -> int:
         return 0
     if args.list:
         for step, line in zip(steps, runner.status(steps)):
-            if line.startswith("begun"):
-                line += progress_note(out / "work" / step.name)
+            if line.startswith("begun") and (note := progress_note(out / "work" / step.name)):
+                line += f"  ({note})"
             print(line + ("" if line.startswith("done") else submitted_note(out, step)))
         return 0
     try:
@@ -97,8 +97,10 @@ def _study(args, argv) -> int:
     # the command that runs the study, also when --results-only re-renders it: results.md describes the study
     command = "python -m nat_kd.study " + " ".join(
         shlex.quote(a) for a in (argv or sys.argv[1:]) if a != "--results-only")
-    paths = write_results(cfg, records, out / "results", command,
-                          pending=[s.name for s in steps if s.name not in records])
+    states = runner.states(steps)
+    pending = {s.name: progress_note(out / "work" / s.name) if states[s.name] == "begun" else ""
+               for s in steps if s.name not in records}
+    paths = write_results(cfg, records, out / "results", command, pending)
     if args.results_only:
         print(f"{len(records)} of {len(steps)} steps done, none run; results: {paths['markdown']}")
     else:

@@ -100,6 +100,7 @@ def progress_note(work: Path) -> str:
     for path in sorted(work.rglob("curve.json")):
         curve = json.loads(path.read_text(encoding="utf-8"))
         if best := best_point(curve):
-            notes.append(f"measured to {curve[-1]['updates']:,} updates, best validation BLEU "
+            updates = curve[-1]["updates"]
+            notes.append(f"measured to {updates:,} update{'s' * (updates != 1)}, best validation BLEU "
                          f"{best['valid_bleu']:.2f} at {best['updates']:,}")
-    return f"  ({'; '.join(notes)})" if notes else ""
+    return "; ".join(notes)

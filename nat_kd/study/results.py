@@ -360,9 +360,10 @@ def _shown_path(path) -> str:
 
 
 def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
-                  pending: list[str] = ()) -> dict[str, Path]:
-    """``pending``: the plan's steps not done yet (a study rendered mid-run); named under the header, their
-    cells are '-'."""
+                  pending: dict[str, str] | None = None) -> dict[str, Path]:
+    """``pending``: the plan's steps not done yet (a study rendered mid-run), each with a note on how far it
+    got ('' if none); named under the header, their cells are '-'."""
+    pending = pending or {}
     out.mkdir(parents=True, exist_ok=True)
     res = {name: rec["result"] for name, rec in records.items()}
     paths = {}
@@ -393,7 +394,8 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
         f"Total step time: {sum(w for w, _ in walls) / 60:.1f} min over {len(walls)} steps "
         f"({_layout(records.values())}).\n",
         *([f"**Partial results**: {len(records)} of {len(records) + len(pending)} steps done; still to run: "
-           + ", ".join(f"`{name}`" for name in pending) + ".\n"] if pending else []),
+           + ", ".join(f"`{name}`" + (f" ({note})" if note else "") for name, note in pending.items())
+           + ".\n"] if pending else []),
         "## 1. Teachers\n", teachers_table(cfg, res),
         "## 2. Distilled training sets (analysis of the training targets)\n", decoding_table(cfg, res),
         "![complexity vs faithfulness](analysis/complexity_vs_faithfulness.png)\n",

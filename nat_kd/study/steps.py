@@ -210,18 +210,22 @@ class Runner:
         """The finished steps' records as they are, whether or not their inputs changed since."""
         return {s.name: r for s in steps if (r := self._record(s.name)) is not None}
 
-    def status(self, steps: list[Step]) -> list[str]:
-        """One line a step, in plan order: done (up to date), begun (its work folder holds a run with the same
-        inputs, which the next run resumes) or to run; runs nothing."""
-        records, lines = {}, []
+    def states(self, steps: list[Step]) -> dict[str, str]:
+        """Each step's state, in plan order: "done" (up to date), "begun" (its work folder holds a run with the
+        same inputs, which the next run resumes) or "to run"; runs nothing."""
+        records, states = {}, {}
         for step in steps:
             ready = all(d in records for d in step.deps)
             fingerprint = self.fingerprint(step, records) if ready else None
             record = self._record(step.name, fingerprint)
             if ready and self._up_to_date(record, fingerprint):
                 records[step.name] = record
-                state = "done  "
+                states[step.name] = "done"
             else:
-                state = "begun " if ready and begun_with(self.work_dir / step.name, fingerprint) else "to run"
-            lines.append(f"{state}  {step.name}")
-        return lines
+                states[step.name] = "begun" if ready and begun_with(self.work_dir / step.name, fingerprint) \
+                    else "to run"
+        return states
+
+    def status(self, steps: list[Step]) -> list[str]:
+        """One line a step, in plan order: its state (``states``) and its name."""
+        return [f"{state:6}  {name}" for name, state in self.states(steps).items()]
