@@ -17,14 +17,12 @@ the revealed positions add neither probability nor gradient (they are pinned to 
 """
 import torch
 import torch.nn.functional as F
-from fairseq.iterative_refinement_generator import DecoderOut
 from fairseq.models import register_model
 from fairseq.models.nat.nonautoregressive_transformer import NATransformerModel
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
 
-from .glancing import (Glancing, GlancingDecoder, add_glancing_args, build_nat_decoder,
-                       glance_count, glancing_defaults, glancing_mask)
-from .upsampling import refuse_label_smoothing, upsampled_inputs
+from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
+from .upsampling import UpsampledStudent, upsampled_inputs
 
 
 def ctc_nll(log_probs, input_lengths, targets, target_lengths, blank: int, pinned=None, pinned_tokens=None):
@@ -106,7 +104,9 @@ class CTCDecoder(GlancingDecoder):
 
 
 @register_model("ctc_nat")
-class CTCNATModel(Glancing, NATransformerModel):
+class CTCNATModel(UpsampledStudent, Glancing, NATransformerModel):
+    decoder_class, model_name = CTCDecoder, "ctc_nat (CTC NAT)"
+
     @property
     def allow_length_beam(self):
         return False  # the output length is fixed by the source length
@@ -117,15 +117,6 @@ class CTCNATModel(Glancing, NATransformerModel):
         add_glancing_args(parser)
         parser.add_argument("--upsample-factor", type=int,
                             help="decoder positions per source token (2: see the README's student table)")
-
-    @classmethod
-    def build_model(cls, args, task):
-        refuse_label_smoothing(args, "ctc_nat (CTC NAT)")
-        return super().build_model(args, task)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return build_nat_decoder(CTCDecoder, args, tgt_dict, embed_tokens)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
@@ -160,11 +151,6 @@ class CTCNATModel(Glancing, NATransformerModel):
             revealed = glancing_mask(candidates, glance_count(hamming, ratio))
             self.log_glancing(ratio, revealed, candidates)
             return revealed, aligned
-
-    def initialize_output_tokens(self, encoder_out, src_tokens):
-        tokens = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
-        return DecoderOut(output_tokens=tokens, output_scores=torch.zeros_like(tokens, dtype=torch.float),
-                          attn=None, step=0, max_step=0, history=None)
 
     def forward_decoder(self, decoder_out, encoder_out, decoding_format=None, **kwargs):
         if decoder_out.step > 0:

@@ -16,15 +16,13 @@ import math
 
 import torch
 import torch.nn.functional as F
-from fairseq.iterative_refinement_generator import DecoderOut
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.nat import FairseqNATModel
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
 from torch import nn
 
-from .glancing import (Glancing, GlancingDecoder, add_glancing_args, build_nat_decoder,
-                       glance_count, glancing_defaults, glancing_mask)
-from .upsampling import refuse_label_smoothing, upsampled_inputs
+from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
+from .upsampling import UpsampledStudent, upsampled_inputs
 
 # A finite log(0) for forbidden links and unreachable cells: -inf would turn into NaN in the sums and
 # differences of the dynamic programmes (-inf - -inf), and their gradients.
@@ -142,10 +140,30 @@ def glance_vertices(vertices: torch.LongTensor, path: torch.LongTensor, target: 
     return glanced, revealed
 
 
+class DATransformerDecoder(GlancingDecoder):
+    """The glancing NAT decoder run over the graph's vertices (<unk>, or a glanced reference token), plus the
+    link projections."""
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.embed_length = None  # no length prediction
+        self.link_query = nn.Linear(self.output_embed_dim, self.output_embed_dim)
+        self.link_key = nn.Linear(self.output_embed_dim, self.output_embed_dim)
+
+    def forward_graph(self, encoder_out, vertices):
+        """(log P(token | vertex) [B, L, V], log P(next vertex | vertex) [B, L, L]), in float32."""
+        features, _ = self.extract_features(vertices, encoder_out=encoder_out, embedding_copy=True)
+        token_log_probs = F.log_softmax(self.output_layer(features).float(), dim=-1)
+        links = link_log_probs(self.link_query(features), self.link_key(features), vertices.ne(self.padding_idx))
+        return token_log_probs, links
+
+
 @register_model("dat")
-class DATransformerModel(Glancing, FairseqNATModel):
+class DATransformerModel(UpsampledStudent, Glancing, FairseqNATModel):
     """Encoder as fairseq's NAT; a decoder over the graph's vertices (no length predictor: the graph size
     comes from the source length, which is why this is not a NATransformerModel)."""
+
+    decoder_class, model_name = DATransformerDecoder, "dat (DA-Transformer)"
 
     @staticmethod
     def add_args(parser):
@@ -160,15 +178,6 @@ class DATransformerModel(Glancing, FairseqNATModel):
     @property
     def allow_ensemble(self):
         return False  # the graphs of two models have no common vertices to average
-
-    @classmethod
-    def build_model(cls, args, task):
-        refuse_label_smoothing(args, "dat (DA-Transformer)")
-        return super().build_model(args, task)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return build_nat_decoder(DATransformerDecoder, args, tgt_dict, embed_tokens)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
@@ -194,12 +203,6 @@ class DATransformerModel(Glancing, FairseqNATModel):
         # the whole reference is scored, glanced tokens included: the DAG loss does not split over tokens
         return {"dag": {"loss": loss, "factor": 1.0}}
 
-    def initialize_output_tokens(self, encoder_out, src_tokens):
-        vertices = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
-        return DecoderOut(output_tokens=vertices,
-                          output_scores=vertices.new_zeros(vertices.size(), dtype=torch.float),
-                          attn=None, step=0, max_step=0, history=None)
-
     def forward_decoder(self, decoder_out, encoder_out, decoding_format=None, **kwargs):
         if decoder_out.step > 0:
             raise ValueError("the DA-Transformer decodes in one pass: run fairseq-generate with "
@@ -213,24 +216,6 @@ class DATransformerModel(Glancing, FairseqNATModel):
             history.append(tokens.clone())
         return decoder_out._replace(output_tokens=tokens, output_scores=scores.type_as(decoder_out.output_scores),
                                     attn=None, history=history)
-
-
-class DATransformerDecoder(GlancingDecoder):
-    """The glancing NAT decoder run over the graph's vertices (<unk>, or a glanced reference token), plus the
-    link projections."""
-
-    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
-        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
-        self.embed_length = None  # no length prediction
-        self.link_query = nn.Linear(self.output_embed_dim, self.output_embed_dim)
-        self.link_key = nn.Linear(self.output_embed_dim, self.output_embed_dim)
-
-    def forward_graph(self, encoder_out, vertices):
-        """(log P(token | vertex) [B, L, V], log P(next vertex | vertex) [B, L, L]), in float32."""
-        features, _ = self.extract_features(vertices, encoder_out=encoder_out, embedding_copy=True)
-        token_log_probs = F.log_softmax(self.output_layer(features).float(), dim=-1)
-        links = link_log_probs(self.link_query(features), self.link_key(features), vertices.ne(self.padding_idx))
-        return token_log_probs, links
 
 
 def dat_base_architecture(args):
