@@ -58,7 +58,7 @@ class Training:
     max_tokens: int = 4096
     lr: float = 1e-3
     warmup: int = 100
-    label_smoothing: float = 0.1
+    label_smoothing: float = 0.1  # students whose loss has none (StudentFamily.label_smoothing) get 0
     validate_every: int = 0  # updates between validations (0: every epoch)
     weight_decay: float = 0.0
     # Validation BLEU every N updates (0: never): the learning curve, and the checkpoint kept is the one with
