@@ -192,13 +192,14 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
                   table(["data measure", "Spearman rho", "exact p (two-sided)"],
                         [[label, cell(rho, "+.3f"), cell(p, ".3f")] for label, rho, p in corr])]
         paths["predict_figure"] = out / "student_bleu_vs_complexity.png"
-        predict_figure(scored, family, paths["predict_figure"])
+        predict_figure(rows, family, paths["predict_figure"])  # all rows: each set keeps its colour and marker
         parts.append(f"![student BLEU against C(d)]({paths['predict_figure'].name})\n")
     return parts
 
 
 def predict_figure(rows: list[dict], family: str, path: Path) -> None:
-    """Student test BLEU against the paper's C(d) and the token-weighted C(d), one labelled point per set."""
+    """Student test BLEU against the paper's C(d) and the token-weighted C(d), one point per set with a test
+    BLEU, in the colour and marker its set has in every figure of the study (``set_style``)."""
     fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.2))
     for ax, key, title in [(axes[0], "complexity", "C(d) as in the paper (mean over source types)"),
                            (axes[1], "complexity_token_weighted", "C(d) weighted by source-token count")]:

@@ -176,7 +176,7 @@ def curves_table(cfg: StudyConfig, res: dict) -> str:
 
 def curves_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
     """Validation BLEU against updates. Left: the teachers. Right: one curve per student and training set
-    (colour: the training data; line style: the family)."""
+    (colour and marker: the training data, as in the study's other figures; line style: the family)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for i, t in enumerate(cfg.teachers):
         curve = res.get(f"teacher.{t.name}", {}).get("curve")
@@ -191,8 +191,8 @@ def curves_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
         for i, data in enumerate(data_labels(cfg)):
             curve = res.get(f"student.{family}.{data}", {}).get("curve")
             if curve:
-                right.plot([p["updates"] for p in curve], [p["valid_bleu"] for p in curve], marker=".",
-                           linestyle=styles[j % len(styles)], color=f"C{i}", label=f"{family} on {data}")
+                right.plot([p["updates"] for p in curve], [p["valid_bleu"] for p in curve], markersize=4,
+                           linestyle=styles[j % len(styles)], label=f"{family} on {data}", **set_style(i))
     left.set(xlabel="updates", ylabel="validation BLEU", title="AT teachers")
     right.set(xlabel="updates", ylabel="validation BLEU", title="NAT students")
     for ax in (left, right):
