@@ -98,7 +98,8 @@ class MixSpec:
 @dataclass(frozen=True)
 class SpeedSpec:
     """[speed]: test-set decoding speed on one thread, the teacher against NAT students (the reason NAT exists).
-    Each system decodes the test set with each batching, ``repeats`` times, the systems taking turns (see ``plan._turns``)."""
+    Each system decodes the test set with each batching, ``repeats`` times, the systems taking turns
+    (``plan._turns``)."""
     teacher: str
     teacher_strategies: tuple[str, ...]  # "beam" (the [evaluation] beam) and/or "greedy"
     students: tuple[str, ...]  # families, each the student trained on ``data``

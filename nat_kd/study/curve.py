@@ -95,7 +95,8 @@ def train_with_curve(save_dir: Path, training: Training, train: Callable[[Traini
 
 
 def progress_note(work: Path) -> str:
-    """For --list: where the learning curves in a begun step's work folder stand (empty if it has none)."""
+    """Where the learning curves in a begun step's work folder stand ('' if it has none), for --list and the
+    results rendered mid-run."""
     notes = []
     for path in sorted(work.rglob("curve.json")):
         curve = json.loads(path.read_text(encoding="utf-8"))
