@@ -75,10 +75,12 @@ def _study(args, argv) -> int:
             print(line)
         return 0
     if args.list:
-        for step, line in zip(steps, runner.status(steps)):
-            if line.startswith("begun") and (note := progress_note(out / "work" / step.name)):
-                line += f"  ({note})"
-            print(line + ("" if line.startswith("done") else submitted_note(out, step)))
+        states = runner.states(steps)
+        for step in steps:
+            state = states[step.name]
+            note = progress_note(out / "work" / step.name) if state == "begun" else ""
+            print(f"{state:6}  {step.name}" + (f"  ({note})" if note else "")
+                  + ("" if state == "done" else submitted_note(out, step)))
         return 0
     try:
         with sigterm_as_interrupt() if launcher else nullcontext():
