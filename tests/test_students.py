@@ -85,6 +85,27 @@ def test_pinned_ctc_loss_counts_only_agreeing_alignments_and_the_free_positions(
     assert (log_probs.grad[pinned] == 0).all()
 
 
+def test_pinned_ctc_gradient_equals_the_brute_force_sums():
+    # through the log-softmax: torch's CTC gradient is exact for the scores, not for the log-probabilities
+    log_probs, input_lengths, targets, target_lengths = batch_of(CASES, seed=4)
+    best, _ = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, BLANK)
+    pinned = torch.zeros_like(best, dtype=torch.bool)
+    pinned[:, 0] = True
+    pinned[2, 4] = True
+    scores = log_probs.clone().requires_grad_(True)
+    ctc_nll(scores.log_softmax(-1), input_lengths, targets, target_lengths, BLANK, pinned, best).sum().backward()
+    expected_scores = log_probs.clone().requires_grad_(True)
+    lp = expected_scores.log_softmax(-1)
+    total = 0
+    for b, (target, n) in enumerate(CASES):
+        fixed = {t for t in range(n) if pinned[b, t]}
+        agreeing = [a for a in alignments(target, n, 4) if all(a[t] == best[b, t] for t in fixed)]
+        total = total - torch.logsumexp(torch.stack([path_log_prob(lp[b], a, fixed) for a in agreeing]), 0)
+    total.backward()
+    assert torch.allclose(scores.grad, expected_scores.grad, rtol=1e-9, atol=1e-12)
+    assert (scores.grad[pinned] == 0).all()
+
+
 def test_viterbi_alignment_is_the_brute_force_best():
     log_probs, input_lengths, targets, target_lengths = batch_of(CASES, seed=2)
     aligned, score = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, BLANK)

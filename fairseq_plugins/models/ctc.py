@@ -33,9 +33,12 @@ def ctc_nll(log_probs, input_lengths, targets, target_lengths, blank: int, pinne
     no alignment fits (a reference too long for its positions) gets 0, and no gradient.
     """
     if pinned is not None:
-        labels = F.one_hot(pinned_tokens, log_probs.size(-1)).bool()
-        fixed = torch.zeros_like(log_probs).masked_fill(~labels, float("-inf"))
-        log_probs = torch.where(pinned.unsqueeze(-1), fixed, log_probs)
+        # log P = 0 for the label and -inf for every other token at a pinned position, written into one copy
+        # of the [B, T, V] scores (every extra pass over them is a visible share of a glancing CTC update)
+        index = pinned_tokens.unsqueeze(-1)
+        label_scores = torch.where(pinned.unsqueeze(-1), 0.0, log_probs.gather(2, index))
+        # in place on masked_fill's fresh copy: its gradient does not need its output
+        log_probs = log_probs.masked_fill(pinned.unsqueeze(-1), float("-inf")).scatter_(2, index, label_scores)
     return F.ctc_loss(log_probs.transpose(0, 1), targets, input_lengths, target_lengths, blank=blank,
                       reduction="none", zero_infinity=True)
 
