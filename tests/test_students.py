@@ -67,18 +67,31 @@ def test_ctc_loss_is_the_log_sum_over_every_alignment():
         assert nll[b].item() == pytest.approx(expected, rel=1e-9)
 
 
-def test_pinned_ctc_loss_counts_only_agreeing_alignments_and_the_free_positions():
-    log_probs, input_lengths, targets, target_lengths = batch_of(CASES, seed=1)
+def pinned_case(seed, positions):
+    """A batch, its best alignments, and which positions are pinned to them."""
+    log_probs, input_lengths, targets, target_lengths = batch_of(CASES, seed=seed)
     best, _ = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, BLANK)
     pinned = torch.zeros_like(best, dtype=torch.bool)
-    pinned[:, 1] = True
-    pinned[0, 3] = True
+    for position in positions:
+        pinned[position] = True
+    return log_probs, (input_lengths, targets, target_lengths, BLANK, pinned, best)
+
+
+def agreeing_alignments(b, pinned, best):
+    """Sentence b's alignments that agree with its pinned labels, and the pinned positions."""
+    target, n = CASES[b]
+    fixed = {t for t in range(n) if pinned[b, t]}
+    return [a for a in alignments(target, n, 4) if all(a[t] == best[b, t] for t in fixed)], fixed
+
+
+def test_pinned_ctc_loss_counts_only_agreeing_alignments_and_the_free_positions():
+    log_probs, ctc_args = pinned_case(1, [(slice(None), 1), (0, 3)])
+    pinned, best = ctc_args[-2:]
     log_probs.requires_grad_(True)
-    nll = ctc_nll(log_probs, input_lengths, targets, target_lengths, BLANK, pinned, best)
-    for b, (target, n) in enumerate(CASES):
-        lp, fixed = log_probs[b].tolist(), {t for t in range(n) if pinned[b, t]}
-        agreeing = [a for a in alignments(target, n, 4) if all(a[t] == best[b, t] for t in fixed)]
-        expected = -log_sum_exp([path_log_prob(lp, a, fixed) for a in agreeing])
+    nll = ctc_nll(log_probs, *ctc_args)
+    for b in range(len(CASES)):
+        agreeing, fixed = agreeing_alignments(b, pinned, best)
+        expected = -log_sum_exp([path_log_prob(log_probs[b].tolist(), a, fixed) for a in agreeing])
         assert nll[b].item() == pytest.approx(expected, rel=1e-9)
     nll.sum().backward()
     assert torch.isfinite(log_probs.grad).all()
@@ -87,19 +100,15 @@ def test_pinned_ctc_loss_counts_only_agreeing_alignments_and_the_free_positions(
 
 def test_pinned_ctc_gradient_equals_the_brute_force_sums():
     # through the log-softmax: torch's CTC gradient is exact for the scores, not for the log-probabilities
-    log_probs, input_lengths, targets, target_lengths = batch_of(CASES, seed=4)
-    best, _ = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, BLANK)
-    pinned = torch.zeros_like(best, dtype=torch.bool)
-    pinned[:, 0] = True
-    pinned[2, 4] = True
+    log_probs, ctc_args = pinned_case(4, [(slice(None), 0), (2, 4)])
+    pinned, best = ctc_args[-2:]
     scores = log_probs.clone().requires_grad_(True)
-    ctc_nll(scores.log_softmax(-1), input_lengths, targets, target_lengths, BLANK, pinned, best).sum().backward()
+    ctc_nll(scores.log_softmax(-1), *ctc_args).sum().backward()
     expected_scores = log_probs.clone().requires_grad_(True)
     lp = expected_scores.log_softmax(-1)
     total = 0
-    for b, (target, n) in enumerate(CASES):
-        fixed = {t for t in range(n) if pinned[b, t]}
-        agreeing = [a for a in alignments(target, n, 4) if all(a[t] == best[b, t] for t in fixed)]
+    for b in range(len(CASES)):
+        agreeing, fixed = agreeing_alignments(b, pinned, best)
         total = total - torch.logsumexp(torch.stack([path_log_prob(lp[b], a, fixed) for a in agreeing]), 0)
     total.backward()
     assert torch.allclose(scores.grad, expected_scores.grad, rtol=1e-9, atol=1e-12)
