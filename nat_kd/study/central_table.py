@@ -11,7 +11,7 @@ import math
 import statistics
 from pathlib import Path
 
-from nat_kd.analysis.plotting import legend_outside, plt, save_figure, scatter_sets
+from nat_kd.analysis.plotting import legend_outside, plt, save_figure, scatter_sets, set_style
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.corpus import read_lines
 from nat_kd.markdown import cell, table
@@ -192,18 +192,27 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
                   table(["data measure", "Spearman rho", "exact p (two-sided)"],
                         [[label, cell(rho, "+.3f"), cell(p, ".3f")] for label, rho, p in corr])]
         paths["predict_figure"] = out / "student_bleu_vs_complexity.png"
-        predict_figure(rows, family, paths["predict_figure"])  # all rows: each set keeps its colour and marker
+        # all rows: each set keeps its colour and marker
+        predict_figure(rows, family, paths["predict_figure"], spread)
         parts.append(f"![student BLEU against C(d)]({paths['predict_figure'].name})\n")
+        if any(len(v) >= 2 for v in spread.values()):
+            parts.append("(A point is the seed-1 student; a vertical line spans the test BLEU of every seed trained "
+                         "on that set.)\n")
     return parts
 
 
-def predict_figure(rows: list[dict], family: str, path: Path) -> None:
+def predict_figure(rows: list[dict], family: str, path: Path, spread: dict[str, list[float]]) -> None:
     """Student test BLEU against the paper's C(d) and the token-weighted C(d), one point per set with a test
-    BLEU, in the colour and marker its set has in every figure of the study (``set_style``)."""
+    BLEU, in the colour and marker its set has in every figure of the study (``set_style``); a vertical line
+    through a set's point spans its seeds' test BLEU (``spread``: label -> every seed's, where it has two)."""
     fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.2))
     for ax, key, title in [(axes[0], "complexity", "C(d) as in the paper (mean over source types)"),
                            (axes[1], "complexity_token_weighted", "C(d) weighted by source-token count")]:
         scatter_sets(ax, [(r["label"], r["analysis"].get(key), r["test"]) for r in rows])
+        for i, r in enumerate(rows):
+            seeds, x = spread.get(r["label"], []), r["analysis"].get(key)
+            if len(seeds) >= 2 and x is not None:
+                ax.vlines(x, min(seeds), max(seeds), colors=set_style(i)["color"], linewidth=1.5, zorder=2)
         ax.set(xlabel=f"{title} [nats]", ylabel=f"{family} student test BLEU")
         ax.margins(0.1)
         ax.grid(alpha=0.3)
