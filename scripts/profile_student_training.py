@@ -38,7 +38,7 @@ def main():
 
     study = config.load(config.profile_path(args.profile))
     with tempfile.TemporaryDirectory() as save_dir:
-        argv = fairseq_jobs._train_args(args.data, save_dir, arch=student_arch(args.family),
+        argv = fairseq_jobs.train_args(args.data, save_dir, arch=student_arch(args.family),
                                         shape=study.student_shape, nat_family=args.family,
                                         training=replace(study.student_training, validate_every=0))
         cfg = convert_namespace_to_omegaconf(

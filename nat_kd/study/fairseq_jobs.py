@@ -85,8 +85,9 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
                            + "\n    ".join(tail))
 
 
-def _train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training,
-                nat_family: str | None, seed: int = 1, gpus: int = 0, log_interval: int = 50) -> list:
+def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training,
+               nat_family: str | None, seed: int = 1, gpus: int = 0, log_interval: int = 50) -> list:
+    """fairseq-train's arguments for an AT teacher (``nat_family`` None) or a NAT student of the study."""
     label_smoothing = training.label_smoothing
     if nat_family:
         family = STUDENT_FAMILIES[nat_family]
@@ -115,8 +116,8 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, traini
     """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
     validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
     node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself."""
-    run_logged("fairseq_cli.train", _train_args(bin_dir, save_dir, arch=arch, shape=shape, training=training,
-                                                nat_family=nat_family, seed=seed, gpus=gpus), log, threads)
+    run_logged("fairseq_cli.train", train_args(bin_dir, save_dir, arch=arch, shape=shape, training=training,
+                                               nat_family=nat_family, seed=seed, gpus=gpus), log, threads)
     best = save_dir / "checkpoint_best.pt"
     if not best.is_file():
         raise RuntimeError(f"fairseq-train wrote no {best}")
@@ -132,8 +133,8 @@ def training_speed(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShap
     of the updates/s it reports every ``interval`` updates, its first report (start-up) left out."""
     start = log.stat().st_size if log.is_file() else 0
     run_logged("fairseq_cli.train",
-               [*_train_args(bin_dir, save_dir, arch=arch, shape=shape, training=replace(training, updates=updates),
-                             nat_family=nat_family, log_interval=interval), "--no-save", "--disable-validation"],
+               [*train_args(bin_dir, save_dir, arch=arch, shape=shape, training=replace(training, updates=updates),
+                            nat_family=nat_family, log_interval=interval), "--no-save", "--disable-validation"],
                log, threads=1)
     with open(log, encoding="utf-8", errors="replace") as handle:
         handle.seek(start)
