@@ -848,6 +848,15 @@ def test_the_same_outputs_in_another_study_folder_have_the_same_digests(tmp_path
     assert third["a"]["digest"] != first["a"]["digest"] and third["b"]["fingerprint"] != first["b"]["fingerprint"]
 
 
+def test_small_exact_p_values_keep_their_digits():
+    from nat_kd.study.central_table import p_value_cell
+
+    assert p_value_cell(2 / 5040) == "4.0e-04"  # a perfect order of 7 sets
+    assert p_value_cell(0.048) == "0.048"
+    assert p_value_cell(0.001) == "0.001"
+    assert p_value_cell(float("nan")) == "-"
+
+
 def test_spearman_over_eight_sets_counts_the_8_factorial_orders_only():
     """The study's 8 training sets: 40,320 orders (not 40,320 squared, which would not fit in memory)."""
     import tracemalloc

@@ -114,6 +114,12 @@ def spearman(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return statistic, float(test.pvalue)
 
 
+def p_value_cell(p: float) -> str:
+    """Three decimals, or two significant digits below 0.001, where exact p-values of 7 or 8 sets lie
+    (a perfect rank order of 8: 2 / 8! = 5.0e-05), so that none reads 0.000."""
+    return cell(p, ".3f" if math.isnan(p) or p >= 0.001 else ".1e")
+
+
 def _rows(cfg: StudyConfig, res: dict) -> list[dict]:
     """One row a training set that has an analysis row: its measures and its student's results."""
     analysis = {row["name"]: row for row in res.get("analysis", {}).get("rows", [])}
@@ -190,7 +196,7 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
         parts += [f"### Do the data measures predict the student? Spearman rank correlation with {family} test BLEU "
                   f"over {len(scored)} training sets\n",
                   table(["data measure", "Spearman rho", "exact p (two-sided)"],
-                        [[label, cell(rho, "+.3f"), cell(p, ".3f")] for label, rho, p in corr])]
+                        [[label, cell(rho, "+.3f"), p_value_cell(p)] for label, rho, p in corr])]
         paths["predict_figure"] = out / "student_bleu_vs_complexity.png"
         # all rows: each set keeps its colour and marker
         predict_figure(rows, family, paths["predict_figure"], spread)
