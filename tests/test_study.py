@@ -604,6 +604,9 @@ def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, ca
         assert f"| {measure} |" in correlations
     assert (results / "student_bleu_vs_complexity.png").stat().st_size > 10_000
     assert "a vertical line spans the test BLEU of every seed" in correlations  # beam's two seeds
+    best = correlations.split("|---|---|---|\n", 1)[1].split(" |", 1)[0].lstrip("| ")
+    drawn_anyway = {"C(d), paper (mean over types)", "C(d), token-weighted"}  # the figure's first two panels
+    assert (f"(Right: against {best}, the best predictor" in correlations) == (best not in drawn_anyway)
     gains = text.split("## Does distillation help each student?", 1)[1].split("##", 1)[0]
     assert all(f"| nat | {label} |" in gains for label in labels)
     speed = text.split("## Speed against quality", 1)[1].split("##", 1)[0]

@@ -191,37 +191,46 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
         corr = []
         for key, label in measures:
             rho, p = spearman([_measure(r["analysis"], key) for r in scored], [r["test"] for r in scored])
-            corr.append((label, rho, p))
-        corr.sort(key=lambda c: -abs(c[1]) if not math.isnan(c[1]) else 0)
+            corr.append((key, label, rho, p))
+        corr.sort(key=lambda c: -abs(c[2]) if not math.isnan(c[2]) else 0)
         parts += [f"### Do the data measures predict the student? Spearman rank correlation with {family} test BLEU "
                   f"over {len(scored)} training sets\n",
                   table(["data measure", "Spearman rho", "exact p (two-sided)"],
-                        [[label, cell(rho, "+.3f"), p_value_cell(p)] for label, rho, p in corr])]
+                        [[label, cell(rho, "+.3f"), p_value_cell(p)] for _, label, rho, p in corr])]
+        panels = [("complexity", "C(d) as in the paper (mean over source types) [nats]"),
+                  ("complexity_token_weighted", "C(d) weighted by source-token count [nats]")]
+        best_key, best_label, best_rho, _ = corr[0]
+        if best_key not in dict(panels) and not math.isnan(best_rho):
+            panels.append((best_key, f"{best_label}: the best predictor here (rho {best_rho:+.2f})"))
         paths["predict_figure"] = out / "student_bleu_vs_complexity.png"
         # all rows: each set keeps its colour and marker
-        predict_figure(rows, family, paths["predict_figure"], spread)
+        predict_figure(rows, family, paths["predict_figure"], spread, panels)
         parts.append(f"![student BLEU against C(d)]({paths['predict_figure'].name})\n")
+        if len(panels) > 2:
+            parts.append(f"(Right: against {best_label}, the best predictor of the table above.)\n")
         if any(len(v) >= 2 for v in spread.values()):
             parts.append("(A point is the seed-1 student; a vertical line spans the test BLEU of every seed trained "
                          "on that set.)\n")
     return parts
 
 
-def predict_figure(rows: list[dict], family: str, path: Path, spread: dict[str, list[float]]) -> None:
-    """Student test BLEU against the paper's C(d) and the token-weighted C(d), one point per set with a test
-    BLEU, in the colour and marker its set has in every figure of the study (``set_style``); a vertical line
-    through a set's point spans its seeds' test BLEU (``spread``: label -> every seed's, where it has two)."""
-    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.2))
-    for ax, key, title in [(axes[0], "complexity", "C(d) as in the paper (mean over source types)"),
-                           (axes[1], "complexity_token_weighted", "C(d) weighted by source-token count")]:
-        scatter_sets(ax, [(r["label"], r["analysis"].get(key), r["test"]) for r in rows])
+def predict_figure(rows: list[dict], family: str, path: Path, spread: dict[str, list[float]],
+                   panels: list[tuple[str, str]]) -> None:
+    """Student test BLEU against each data measure of ``panels`` ((key, axis label): the two C(d)s, and the
+    best predictor where it is another measure), one point per set with a test BLEU, in the colour and marker
+    its set has in every figure of the study (``set_style``); a vertical line through a set's point spans its
+    seeds' test BLEU (``spread``: label -> every seed's, where it has two)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.25 * len(panels), 4.2), squeeze=False)
+    axes = axes[0]
+    for ax, (key, title) in zip(axes, panels):
+        scatter_sets(ax, [(r["label"], _measure(r["analysis"], key), r["test"]) for r in rows])
         for i, r in enumerate(rows):
-            seeds, x = spread.get(r["label"], []), r["analysis"].get(key)
+            seeds, x = spread.get(r["label"], []), _measure(r["analysis"], key)
             if len(seeds) >= 2 and x is not None:
                 ax.vlines(x, min(seeds), max(seeds), colors=set_style(i)["color"], linewidth=1.5, zorder=2)
-        ax.set(xlabel=f"{title} [nats]", ylabel=f"{family} student test BLEU")
+        ax.set(xlabel=title, ylabel=f"{family} student test BLEU")
         ax.margins(0.1)
         ax.grid(alpha=0.3)
-    legend_outside(axes[1])
-    fig.suptitle("Does the data's complexity predict the student?", fontsize=10)
+    legend_outside(axes[-1])
+    fig.suptitle("Do the data measures predict the student?", fontsize=10)
     save_figure(fig, path)
