@@ -819,6 +819,22 @@ def test_gains_table_sets_each_student_against_its_family_on_the_real_data(tmp_p
     assert gains_section(cfg, {"prepare": res["prepare"], "student.nat.real": res["student.nat.real"]}) == []
 
 
+@pytest.mark.parametrize("methods, rendered", [("[]", False), ('["greedy"]', True)])
+def test_the_central_table_needs_two_distilled_sets_to_choose_from(tmp_path, methods, rendered):
+    from nat_kd.study.central_table import central_section
+
+    cfg = study_config.load(_write(tmp_path, MINIMAL + f"[distill]\nmethods = {methods}\n"))
+    measures = {"complexity": 0.7, "complexity_token_weighted": 0.8, "faithfulness": 1.0, "reordering": 0.8}
+    res = {"analysis": {"rows": [{"name": label, **measures} for label in cfg.data_labels()]},
+           "student.nat.real": {"valid_bleu": 11.0, "test_bleu": 10.0}}
+    text = "".join(central_section(cfg, res, tmp_path, {}))
+    assert ("## The central table" in text) == rendered
+    if rendered:
+        assert [line.split(" |")[0] for line in text.splitlines() if line.startswith("| a.")] == ["| a.beam",
+                                                                                                "| a.greedy"]
+        assert "| real | reference | 0.700 | 0.800 | 1.000 |" in text
+
+
 def test_spearman_p_value_is_exact_over_every_pairing():
     from nat_kd.study.central_table import spearman
 
