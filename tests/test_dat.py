@@ -131,6 +131,26 @@ def test_decoding_follows_the_hand_computed_path(lookahead, expected, probabilit
     assert torch.allclose(scores.exp(), torch.tensor(probabilities), atol=1e-6)
 
 
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_decoding_emits_a_token_of_consecutive_vertices_once(lookahead):
+    # one path through each graph (every vertex links to the next only), so greedy and lookahead agree;
+    # row 0 emits 5 at two consecutive vertices (merged), row 1 emits 5, 6, 5 (kept, as is the 7 after it)
+    emitted = [[(4, 0.9), (5, 0.8), (5, 0.6), (6, 0.7), (7, 0.9)], [(4, 0.9), (5, 0.8), (6, 0.6), (5, 0.7), (7, 0.5)]]
+    token_log_probs = torch.full((2, 5, 8), 1e-9)
+    for b, row in enumerate(emitted):
+        for v, (token, p) in enumerate(row):
+            token_log_probs[b, v, 4:] = (1 - p) / 3
+            token_log_probs[b, v, token] = p
+    links = torch.zeros(2, 5, 5)
+    links[:, range(4), range(1, 5)] = 1.0
+    tokens, scores = dag_decode(token_log_probs.log(), links.log().clamp(min=LOG_ZERO), torch.tensor([5, 5]),
+                                lookahead, PAD)
+    assert tokens.tolist() == [[4, 5, 6, 7, PAD], [4, 5, 6, 5, 7]]
+    # a merged run keeps the first vertex's probability: 0.8, not 0.6
+    assert torch.allclose(scores.exp(), torch.tensor([[0.9, 0.8, 0.7, 0.9, 1.0], [0.9, 0.8, 0.6, 0.7, 0.5]]),
+                          atol=1e-6)
+
+
 def test_glancing_reveals_the_count_of_mistakes_along_the_best_path():
     vertices = torch.tensor([[UNK] * 10, [UNK] * 6 + [PAD] * 4])
     target = torch.tensor([[10, 11, 12, 13, 14], [20, 21, 22, PAD, PAD]])

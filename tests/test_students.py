@@ -14,11 +14,11 @@ from test_fairseq_training import COMMON, TRAIN
 
 import fairseq_plugins  # noqa: F401  (registers the models)
 from fairseq_plugins.counting import build_model
-from fairseq_plugins.models.ctc import ctc_best_alignment, ctc_collapse, ctc_nll
+from fairseq_plugins.models.ctc import ctc_best_alignment, ctc_nll
 from fairseq_plugins.models.glancing import glance_count
 from fairseq_plugins.models.nacrf import BeamForcedCRF
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
-from fairseq_plugins.models.upsampling import upsampled_inputs
+from fairseq_plugins.models.upsampling import collapse_repeats, upsampled_inputs
 
 BLANK = 0
 
@@ -141,7 +141,7 @@ def test_collapse_merges_runs_then_drops_blanks_and_padding():
                            [0, 7, 7, 0, pad, pad, pad],
                            [0, 0, 0, 0, 0, pad, pad]])
     scores = torch.arange(21, dtype=torch.float).view(3, 7)
-    out, out_scores, lengths = ctc_collapse(tokens, scores, BLANK, pad)
+    out, out_scores, lengths = collapse_repeats(tokens, scores, pad, blank=BLANK)
     assert out.tolist() == [[5, 5, 6], [7, pad, pad], [pad, pad, pad]]
     assert lengths.tolist() == [3, 1, 0]
     assert out_scores[0].tolist() == [0, 3, 4] and out_scores[1, 0].item() == 8  # first position of each run

@@ -22,7 +22,7 @@ from fairseq.models.nat.nonautoregressive_transformer import NATransformerModel
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
 
 from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
-from .upsampling import UpsampledStudent, upsampled_inputs
+from .upsampling import UpsampledStudent, collapse_repeats, upsampled_inputs
 
 
 def ctc_nll(log_probs, input_lengths, targets, target_lengths, blank: int, pinned=None, pinned_tokens=None):
@@ -87,19 +87,6 @@ def ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, blank:
     return aligned, best_score
 
 
-def ctc_collapse(tokens, scores, blank: int, pad: int):
-    """Collapse repeated labels, then drop blanks (and padding): left-aligned, padded with ``pad``; a kept
-    token has the score of the first position of its run."""
-    keep = tokens.ne(blank) & tokens.ne(pad)
-    keep[:, 1:] &= tokens[:, 1:].ne(tokens[:, :-1])
-    lengths = keep.sum(1)
-    width = int(lengths.max()) if tokens.size(0) else 0
-    slot = torch.where(keep, keep.cumsum(1) - 1, width)  # dropped positions go to a spare column
-    out = tokens.new_full((tokens.size(0), width + 1), pad).scatter_(1, slot, tokens)
-    out_scores = scores.new_zeros((scores.size(0), width + 1)).scatter_(1, slot, scores)
-    return out[:, :width], out_scores[:, :width], lengths
-
-
 class CTCDecoder(GlancingDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
@@ -162,7 +149,7 @@ class CTCNATModel(UpsampledStudent, Glancing, NATransformerModel):
         scores, best = self.decoder(normalize=True, prev_output_tokens=inputs, encoder_out=encoder_out).max(-1)
         best = best.masked_fill(inputs.eq(self.pad), self.pad)
         scores = scores.float().masked_fill(inputs.eq(self.pad), 0)
-        tokens, token_scores, lengths = ctc_collapse(best, scores, self.bos, self.pad)
+        tokens, token_scores, lengths = collapse_repeats(best, scores, self.pad, blank=self.bos)
         # framed <s> ... </s> as every NAT output; the frame is scored with the path's mean log-probability
         # per position, so an output of blanks alone still says how sure the model was
         path_score = (scores.sum(1) / inputs.ne(self.pad).sum(1)).unsqueeze(1)

@@ -22,7 +22,7 @@ from fairseq.models.nat.nonautoregressive_transformer import base_architecture a
 from torch import nn
 
 from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
-from .upsampling import UpsampledStudent, upsampled_inputs
+from .upsampling import UpsampledStudent, collapse_repeats, upsampled_inputs
 
 # A finite log(0) for forbidden links and unreachable cells: -inf would turn into NaN in the sums and
 # differences of the dynamic programmes (-inf - -inf), and their gradients.
@@ -104,8 +104,11 @@ def dag_best_path(emissions: torch.Tensor, links: torch.Tensor, target_lengths: 
 def dag_decode(token_log_probs: torch.Tensor, links: torch.Tensor, graph_lengths: torch.LongTensor,
                lookahead: bool, pad: int):
     """Follow the links from vertex 0 to the last vertex; returns (tokens, their log-probabilities), [B, S],
-    padded. Each visited vertex emits its most probable token. Greedy takes the most probable link;
-    lookahead the link that maximises the link's probability times the next vertex's best token's."""
+    padded. Each visited vertex emits its most probable token, and a token emitted by consecutive vertices of
+    the path counts once (as in the reference implementation's greedy and lookahead decoding: the model gives
+    a word several vertices, and without the merge a half-trained graph repeats words and outputs grow far
+    past the reference's length). Greedy takes the most probable link; lookahead the link that maximises the
+    link's probability times the next vertex's best token's."""
     token_scores, tokens = token_log_probs.max(-1)
     successor = (links + token_scores[:, None, :] if lookahead else links).argmax(-1)
     last = graph_lengths - 1
@@ -120,8 +123,9 @@ def dag_decode(token_log_probs: torch.Tensor, links: torch.Tensor, graph_lengths
     path = torch.stack(path, 1)
     # a path stops at its first visit of the last vertex; the rest of its row repeats that vertex
     finished = F.pad((path == last[:, None])[:, :-1], (1, 0), value=False)
-    return (tokens.gather(1, path).masked_fill(finished, pad),
-            token_scores.gather(1, path).masked_fill(finished, 0.0))
+    merged, scores, _ = collapse_repeats(tokens.gather(1, path).masked_fill(finished, pad),
+                                         token_scores.gather(1, path).masked_fill(finished, 0.0), pad)
+    return merged, scores
 
 
 def glance_vertices(vertices: torch.LongTensor, path: torch.LongTensor, target: torch.LongTensor,

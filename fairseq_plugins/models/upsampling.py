@@ -17,6 +17,21 @@ def upsampled_inputs(src_tokens: torch.LongTensor, upsample_factor: int, unk: in
     return tokens.masked_fill(positions[None, :] < lengths[:, None], unk)
 
 
+def collapse_repeats(tokens: torch.LongTensor, scores: torch.Tensor, pad: int, blank: int | None = None):
+    """Merge each run of one token into that token, then drop ``blank`` (CTC's; the DA-Transformer has none)
+    and padding: returns (tokens, scores, lengths), left-aligned, padded with ``pad``; a kept token has the
+    score of the first position of its run. Runs are merged before blanks are dropped, so a blank between
+    two equal tokens keeps both."""
+    keep = tokens.ne(pad) if blank is None else tokens.ne(pad) & tokens.ne(blank)
+    keep[:, 1:] &= tokens[:, 1:].ne(tokens[:, :-1])
+    lengths = keep.sum(1)
+    width = int(lengths.max()) if tokens.size(0) else 0
+    slot = torch.where(keep, keep.cumsum(1) - 1, width)  # dropped positions go to a spare column
+    out = tokens.new_full((tokens.size(0), width + 1), pad).scatter_(1, slot, tokens)
+    out_scores = scores.new_zeros((scores.size(0), width + 1)).scatter_(1, slot, scores)
+    return out[:, :width], out_scores[:, :width], lengths
+
+
 def refuse_label_smoothing(args, model: str) -> None:
     """Fail at build time on ``--label-smoothing`` > 0: the CTC and DAG losses sum over every alignment of the
     reference, so no position has one target to smooth, and nat_loss would drop the value without a word (the
