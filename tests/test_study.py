@@ -230,6 +230,41 @@ def test_runner_failure_keeps_finished_steps_and_resumes(tmp_path):
     assert calls == ["bad", "after"]
 
 
+def test_a_resumed_step_records_the_wall_time_of_all_its_runs(tmp_path):
+    import time
+
+    def step(seconds, fail):
+        def run(ctx):
+            time.sleep(seconds)
+            if fail:
+                raise RuntimeError("killed")
+            (ctx.work / "out.txt").write_text("x")
+            return {"outputs": [str(ctx.work / "out.txt")]}
+        return Step("a", "test", {}, run)
+
+    with pytest.raises(StepError):
+        Runner(tmp_path).run([step(0.3, fail=True)])
+    record = Runner(tmp_path).run([step(0.2, fail=False)])["a"]
+    assert record["runs"] == 2 and 0.45 <= record["wall_seconds"] < 10  # this run alone: 0.2
+    # new inputs wipe the work folder, and its clock with it
+    record = Runner(tmp_path).run([Step("a", "test", {"changed": 1}, step(0.0, fail=False).run)])["a"]
+    assert record["runs"] == 1 and record["wall_seconds"] < 0.3
+
+
+def test_a_step_killed_outright_keeps_its_time_to_the_last_heartbeat(tmp_path):
+    import time
+
+    from nat_kd.study.steps import WALL, StepClock
+
+    clock = StepClock(tmp_path, heartbeat=0.05)
+    with clock:
+        time.sleep(0.4)
+        saved = json.loads((tmp_path / WALL).read_text())  # what a kill -9 here would leave
+    assert saved["runs"] == 1 and 0.1 <= saved["seconds"] <= 0.4  # the run began with 0.0
+    resumed = StepClock(tmp_path)
+    assert resumed.runs == 2 and resumed.earlier == json.loads((tmp_path / WALL).read_text())["seconds"] >= 0.4
+
+
 def test_runner_wipes_a_work_folder_left_by_other_inputs(tmp_path):
     calls = []
     Runner(tmp_path).run([_step("a", "1", calls)])

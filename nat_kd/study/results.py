@@ -417,8 +417,11 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
         *(["## 5. Multi-modality (untagged en -> de/fr/cs)\n", modes_table(res), "![mode mix](modes/mode_mix.png)\n"]
           if cfg.modes else []),
         "## Step wall times\n",
-        table(["step", "wall (s)", "steps at a time", "torch threads"],
-              [[n, f"{w:.0f}", records[n].get("jobs", "-"), records[n].get("threads", "-")] for w, n in walls]),
+        "A resumed step's wall time is that of all its runs ('-' runs: a record written before they were "
+        "counted, whose time is its last run's).\n",
+        table(["step", "wall (s)", "runs", "steps at a time", "torch threads"],
+              [[n, f"{w:.0f}", records[n].get("runs", "-"), records[n].get("jobs", "-"), records[n].get("threads", "-")]
+               for w, n in walls]),
     ]
     paths["markdown"] = out / "results.md"
     atomic.write_text(paths["markdown"], "\n".join(sections))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import nullcontext
@@ -68,6 +69,44 @@ class StepContext:
 
 
 FINGERPRINT = ".fingerprint"  # in a step's work folder: the inputs it was begun with
+WALL = ".wall.json"  # in a step's work folder: the wall time of its runs so far
+
+
+class StepClock:
+    """A step's wall time over all its runs: a killed or failed step resumes with the time its earlier runs
+    spent, which each run keeps in the work folder's .wall.json, rewritten every ``heartbeat`` seconds and at
+    its end, so a run killed outright loses at most that much. A work folder wiped for new inputs starts at
+    zero."""
+
+    def __init__(self, work: Path, heartbeat: float = 60.0):
+        self.path, self.heartbeat = work / WALL, heartbeat
+        earlier = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else {}
+        self.earlier, self.runs = earlier.get("seconds", 0.0), earlier.get("runs", 0) + 1
+        self._stop = threading.Event()
+
+    @property
+    def seconds(self) -> float:
+        return self.earlier + (self._ended or time.perf_counter()) - self._started
+
+    def _save(self) -> None:
+        atomic.write_json(self.path, {"seconds": round(self.seconds, 1), "runs": self.runs})
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            self._save()
+
+    def __enter__(self) -> "StepClock":
+        self._started, self._ended = time.perf_counter(), None
+        self._save()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._ended = time.perf_counter()
+        self._save()
 
 
 def begun_with(work: Path, fingerprint: str) -> bool:
@@ -91,16 +130,17 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
     work.mkdir(parents=True, exist_ok=True)
     (work / FINGERPRINT).write_text(fingerprint)
     log = root / "logs" / f"{step.name}.log"
-    started = time.perf_counter()
     context = StepContext(step, work, log, results, threads, gpus)
     try:
-        result = step.run(context)
+        with StepClock(work) as clock:
+            result = step.run(context)
     except Exception as err:
         raise StepError(f"step {step.name} failed: {type(err).__name__}: {err}\n  log: {log}") from err
-    wall = time.perf_counter() - started
     record = {"name": step.name, "kind": step.kind, "settings": step.settings, "deps": step.deps,
               "fingerprint": fingerprint, "digest": sha256_files(result.get("outputs", [])),
-              "wall_seconds": round(wall, 1), "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+              # every run's time, a resumed step's earlier runs included
+              "wall_seconds": round(clock.seconds, 1), "runs": clock.runs,
+              "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
               # what the wall time was measured under (--jobs and --threads may override the config's)
               "jobs": jobs, "threads": threads, **(extra or {}), "result": result}
     atomic.write_json(root / "steps" / f"{step.name}.json", record)
