@@ -516,13 +516,19 @@ def test_curve_without_patience_trains_every_update_and_ends_at_the_budget(tmp_p
 def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
     """Killed after training a chunk but before its BLEU: the resumed run measures that checkpoint and does
     not start fairseq-train at its budget (which would take one update more)."""
+    import time
+
     from nat_kd.study.config import Training
     from nat_kd.study.curve import train_with_curve
 
     calls = []
     bleu = {2: 1.0, 4: 2.0, 6: 3.0}
-    train, valid = _fake_training(tmp_path, bleu, calls)
+    fake_train, valid = _fake_training(tmp_path, bleu, calls)
     budget = Training(updates=6, bleu_every=2)
+
+    def train(training):  # a chunk that takes a measurable time
+        time.sleep(0.2)
+        return fake_train(training)
 
     def killed_after_training(checkpoint, hypotheses):
         if len(calls) == 3:  # train 2, valid 2, train 4: the process dies before measuring 4
@@ -535,6 +541,8 @@ def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
     result = train_with_curve(tmp_path, budget, train, valid)
     assert calls == [("valid", 4), ("train", 6), ("valid", 6)]
     assert [p["updates"] for p in result["curve"]] == [2, 4, 6] and result["best_updates"] == 6
+    # the chunk trained before the kill keeps its training time
+    assert all(0.2 <= p["train_seconds"] < 10 for p in result["curve"])
     calls.clear()
     assert train_with_curve(tmp_path, budget, train, valid)["curve"] == result["curve"] and calls == []
 

@@ -64,6 +64,8 @@ def train_with_curve(save_dir: Path, training: Training, train: Callable[[Traini
     where it stopped; the best checkpoint's validation hypotheses are in ``save_dir/valid.best.hyp``."""
     save_dir.mkdir(parents=True, exist_ok=True)
     curve_path, last, best_hyps = save_dir / "curve.json", save_dir / "checkpoint_last.pt", save_dir / "valid.best.hyp"
+    # a chunk's training time, kept until its measurement: a run killed in between resumes with it
+    chunk_path = save_dir / "chunk_trained.json"
     curve = json.loads(curve_path.read_text(encoding="utf-8")) if curve_path.is_file() else []
     for end in chunk_ends(training):
         if out_of_patience(curve, training.patience):
@@ -74,17 +76,19 @@ def train_with_curve(save_dir: Path, training: Training, train: Callable[[Traini
         if done > end:
             raise RuntimeError(f"{last} has {done} updates, past the next measurement at {end}; delete "
                                f"{save_dir} to train this model again")
-        started = time.perf_counter()
         if done < end:  # fairseq-train would take one more update even at its budget
+            started = time.perf_counter()
             train(replace(training, updates=end))
-        trained = time.perf_counter() - started
+            atomic.write_json(chunk_path, {"updates": end, "train_seconds": round(time.perf_counter() - started, 1)})
+        chunk = json.loads(chunk_path.read_text(encoding="utf-8")) if chunk_path.is_file() else {}
+        trained = chunk["train_seconds"] if chunk.get("updates") == end else 0.0
         score = valid_bleu(last, save_dir / "valid.last.hyp")
         best = best_point(curve)
         # copied before the curve names it the best, so a kill in between only repeats the copy
         if best is None or score["bleu"] > best["valid_bleu"]:
             _copy_atomically(last, save_dir / BEST)
             _copy_atomically(save_dir / "valid.last.hyp", best_hyps)
-        curve.append({"updates": end, "valid_bleu": score["bleu"], "train_seconds": round(trained, 1),
+        curve.append({"updates": end, "valid_bleu": score["bleu"], "train_seconds": trained,
                       "finished": time.strftime("%Y-%m-%d %H:%M:%S")})
         atomic.write_json(curve_path, curve)
     best = best_point(curve)
