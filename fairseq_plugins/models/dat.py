@@ -123,9 +123,8 @@ def dag_decode(token_log_probs: torch.Tensor, links: torch.Tensor, graph_lengths
     path = torch.stack(path, 1)
     # a path stops at its first visit of the last vertex; the rest of its row repeats that vertex
     finished = F.pad((path == last[:, None])[:, :-1], (1, 0), value=False)
-    merged, scores, _ = collapse_repeats(tokens.gather(1, path).masked_fill(finished, pad),
-                                         token_scores.gather(1, path).masked_fill(finished, 0.0), pad)
-    return merged, scores
+    return collapse_repeats(tokens.gather(1, path).masked_fill(finished, pad),
+                            token_scores.gather(1, path).masked_fill(finished, 0.0), pad)[:2]
 
 
 def glance_vertices(vertices: torch.LongTensor, path: torch.LongTensor, target: torch.LongTensor,
