@@ -732,6 +732,23 @@ def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
             "teacher converged beam", "glat on converged.beam", "glat_ctc on converged.beam", "dat on converged.beam"}
 
 
+def test_the_capacity_profile_shares_the_students_run_teacher_beam_set_and_students(tmp_path):
+    """The `students` run's folder (docs/results/students/config.toml) counts for the converged teacher, its beam
+    set and the six students on the real data and on that set: the same settings and dependencies."""
+    from conftest import ROOT
+
+    plans = {name: {s.name: s for s in build_plan(study_config.load(path), tmp_path)}
+             for name, path in [("students", ROOT / "docs/results/students/config.toml"), ("capacity", "capacity")]}
+    shared = ["prepare", "teacher.converged", "distil.converged.beam"] + [
+        f"student.{family}.{data}" for family in ("glat", "glat_ctc", "dat") for data in ("real", "converged.beam")]
+    for step in shared:
+        theirs, mine = plans["students"][step], plans["capacity"][step]
+        assert (theirs.kind, theirs.settings, theirs.deps) == (mine.kind, mine.settings, mine.deps), step
+    sets = ["real", "small.beam", "converged.beam", "converged.topk"]
+    assert {f"student.{f}.{d}" for f in ("nat", "glat", "glat_ctc", "dat") for d in sets} <= set(plans["capacity"])
+    assert plans["capacity"]["distil.small.beam"].deps == ["prepare", "teacher.small"]
+
+
 @pytest.mark.parametrize("extra, message", [
     ("[[mixes]]\nname = 'm'\nof = 'zz.beam'\nrepeated = true\n", "of = 'zz.beam' is not a distilled set"),
     ("[[mixes]]\nname = 'm'\nof = 'a.beam'\nrepeat = true\n", "unknown key(s) repeat"),
@@ -739,6 +756,9 @@ def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
     ("[students]\nseeds = [1, 2]\nseed_sets = ['real']\n", "other than 1"),
     ("[students]\nseeds = [2]\n", "seeds and seed_sets go together"),
     ("[students]\nseeds = [2]\nseed_sets = ['a.nucleus']\n", "'a.nucleus' is not a training set"),
+    ("[students]\nseeds = [2]\nseed_sets = {glat = ['real']}\n", "seed_sets.glat: not one of [students].families"),
+    ("[students]\nseeds = [2]\nseed_sets = {nat = ['a.nucleus']}\n", "'a.nucleus' is not a training set"),
+    ("[students]\nseeds = [2]\nseed_sets = {nat = 'real'}\n", "expected a list of training sets"),
     ("[speed]\ndata = 'a.beam'\nstudents = ['gpt']\n", "unknown 'gpt'"),
     ("[speed]\ndata = 'a.beam'\nbatchings = ['batch:4']\n", "'batch:4' is not 'sentences:N' or 'tokens:N'"),
     ("[speed]\ndata = 'a.beam'\nteacher_strategies = ['sampling']\n", "choose from 'beam', 'greedy'"),
@@ -751,6 +771,20 @@ def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
 def test_mix_seed_and_speed_errors_name_the_key(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         study_config.load(_write(tmp_path, MINIMAL + extra))
+
+
+def test_seed_sets_by_family_train_each_family_its_own_extra_seeds(tmp_path):
+    """A list gives every family's seeds the same sets; a table gives each named family its own, and the
+    families it leaves out no extra seed."""
+    shared = study_config.load(_write(tmp_path, MINIMAL + "[students]\nseeds = [2]\nseed_sets = ['real']\n"))
+    assert {s.name for s in build_plan(shared, tmp_path) if ".seed" in s.name} == {
+        "student.nat.real.seed2", "student.cmlm.real.seed2"}
+    own = study_config.load(_write(tmp_path, MINIMAL + "[students]\nseeds = [2]\n"
+                                   "seed_sets = {cmlm = ['a.beam', 'real']}\n"))
+    steps = {s.name: s for s in build_plan(own, tmp_path)}
+    assert {name for name in steps if ".seed" in name} == {"student.cmlm.a.beam.seed2", "student.cmlm.real.seed2"}
+    assert steps["student.cmlm.a.beam.seed2"].settings["seed"] == 2
+    assert steps["student.cmlm.a.beam.seed2"].deps == ["prepare", "distil.a.beam"]
 
 
 def test_training_speed_takes_turns_and_reports_the_median_ratio(tmp_path, monkeypatch):

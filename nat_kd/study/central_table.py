@@ -60,7 +60,7 @@ def _beam_label(cfg: StudyConfig) -> str | None:
 def seed_spread(cfg: StudyConfig, res: dict, family: str) -> dict[str, list[float]]:
     """label -> the test BLEU of every seed trained on it (seed 1 first), for the sets with extra seeds."""
     out = {}
-    for label in cfg.seed_sets:
+    for label in cfg.seed_sets.get(family, ()):
         scores = [res.get(student_step(family, label, seed), {}).get("test_bleu")
                   for seed in (1, *cfg.student_seeds)]
         out[label] = [s for s in scores if s is not None]

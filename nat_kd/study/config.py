@@ -145,9 +145,10 @@ class StudyConfig:
     # nat_kd.prepare's own-corpus settings {"trainpref": ..., "validpref": ..., "testpref": ..., "bpe_codes": ...}
     corpus: dict | None = None
     mixes: tuple[MixSpec, ...] = ()
-    # more seeds of the student families on some training sets: the seed-to-seed spread beside every gap
+    # more seeds of the student families on some training sets: the seed-to-seed spread beside every gap;
+    # seed_sets: family -> the training sets its extra seeds train on
     student_seeds: tuple[int, ...] = ()
-    seed_sets: tuple[str, ...] = ()
+    seed_sets: dict[str, tuple[str, ...]] = field(default_factory=dict)
     speed: SpeedSpec | None = None
     training_speed: TrainingSpeedSpec | None = None
 
@@ -286,7 +287,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     student_shape = _dataclass(ModelShape, students.pop("model", {}), "[students.model]")
     student_training = _dataclass(Training, students.pop("training", {}), "[students.training]")
     seeds = tuple(_take(students, "seeds", [], where, list))  # beyond seed 1, which every student trains with
-    seed_sets = tuple(_take(students, "seed_sets", [], where, list))
+    seed_sets = _take(students, "seed_sets", [], where, (list, dict))
     _no_leftovers(students, where)
     if any(not isinstance(x, int) or x == 1 for x in seeds) or len(set(seeds)) != len(seeds):
         raise ConfigError(f"{where}.seeds = {list(seeds)}: give distinct integers other than 1 (every student "
@@ -295,8 +296,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
         raise ConfigError(f"{where}: seeds and seed_sets go together (which seeds, on which training sets)")
     mixes = _mixes(raw.pop("mixes", []), {d.name for d in distilled})
     labels = ["real"] + [d.name for d in distilled] + [m.name for m in mixes]
-    for label in seed_sets:
-        _check_label(label, labels, f"{where}.seed_sets")
+    seed_sets = _seed_sets(seed_sets, families, labels, f"{where}.seed_sets")
     speed = _speed(raw.pop("speed", None), teachers, labels)
     training_speed = _training_speed(raw.pop("training_speed", None), labels)
 
@@ -380,6 +380,20 @@ def _mixes(entries: list, distilled: set[str]) -> tuple[MixSpec, ...]:
     if len(set(names)) != len(names) or set(names) & (distilled | {"real"}):
         raise ConfigError("[[mixes]]: names must differ from each other, from 'real' and from the distilled sets")
     return tuple(out)
+
+
+def _seed_sets(value: list | dict, families: tuple[str, ...], labels: list[str], where: str) -> dict:
+    """seed_sets: a list of training sets (every family's extra seeds train on them), or a table naming, for
+    some families, each one's own (the sets that seed 1 ranked best differ between families)."""
+    by_family = {f: value for f in families} if isinstance(value, list) else dict(value)
+    for family, sets in by_family.items():
+        if family not in families:
+            raise ConfigError(f"{where}.{family}: not one of [students].families ({', '.join(families)})")
+        if not isinstance(sets, list):
+            raise ConfigError(f"{where}.{family} = {sets!r}: expected a list of training sets")
+        for label in sets:
+            _check_label(label, labels, f"{where}.{family}")
+    return {f: tuple(sets) for f, sets in by_family.items() if sets}
 
 
 def _check_families(families, where: str) -> None:

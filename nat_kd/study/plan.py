@@ -327,8 +327,8 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
             train(student_step(family, label), data=data, arch=student_arch(family), shape=cfg.student_shape,
                   training=cfg.student_training, nat_family=family)
     for seed in cfg.student_seeds:
-        for family in cfg.student_families:
-            for label in cfg.seed_sets:
+        for family, labels in cfg.seed_sets.items():
+            for label in labels:
                 train(student_step(family, label, seed), data=data_step[label], arch=student_arch(family),
                       shape=cfg.student_shape, training=cfg.student_training, nat_family=family, seed=seed)
     # 4. Born-Again: a student-sized AT learns from its own outputs, round after round

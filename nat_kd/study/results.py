@@ -156,7 +156,7 @@ def trained_models(cfg: StudyConfig) -> list[tuple[str, str]]:
     return ([(f"teacher.{t.name}", f"teacher {t.name}") for t in cfg.teachers]
             + [(student_step(f, d), f"{f} on {d}") for f in cfg.student_families for d in data_labels(cfg)]
             + [(student_step(f, d, seed), f"{f} on {d}, seed {seed}") for seed in cfg.student_seeds
-               for f in cfg.student_families for d in cfg.seed_sets]
+               for f, labels in cfg.seed_sets.items() for d in labels]
             + [(student_step(f, cfg.speed.data), f"{f} on {cfg.speed.data}") for f in extra])
 
 
