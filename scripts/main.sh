@@ -4,6 +4,7 @@
 #   3. train the tiny AT teacher briefly  4. decode the validation set with it (BLEU)
 #   5. distil the training set with it (beam 5)
 #   6. analyse real vs distilled data: complexity, faithfulness, reordering, BLEU; table and figure
+#   7. print the next step: fairseq-train for a NAT student on the distilled set, and its twin on the real data
 # Re-running skips what is done: the data is cached, training resumes from its last checkpoint (and stops at
 # once when its update budget is reached), distillation resumes from its saved chunks.
 # Settings via environment: SRC, TGT, TEACHER_UPDATES, RUN_DIR, NAT_KD_DATA (raw corpus folder).
@@ -59,3 +60,6 @@ python -m nat_kd.analyze card "$RUN_DIR/distill/beam5" --teacher-valid-bleu "$VA
 echo "== 5/5 analyse the real and the distilled training data"
 python -m nat_kd.analyze report --real-src "$DATA/raw/train.$SRC" --real-tgt "$DATA/raw/train.$TGT" \
   --set-dir "$RUN_DIR/distill/beam5" --drop-empty --out "$RUN_DIR/analysis"
+
+echo "== next: train a vanilla NAT student on the distilled set, and its twin on the real data"
+python -m nat_kd.next_steps --prepared "$DATA" --distilled "$RUN_DIR/distill/beam5" --out "$RUN_DIR/students"
