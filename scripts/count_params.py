@@ -1,4 +1,4 @@
-"""Print the README's architecture table: every registered kd_* architecture, its parameter count on the
+"""Print the architecture table of docs/architectures.md: every registered kd_* architecture, its parameter count on the
 prepared Multi30k vocabulary and on a 40k vocabulary, and the flags that train it.
 
     .venv/bin/python scripts/count_params.py [--multi30k-vocab 8008]

@@ -106,7 +106,7 @@ class CTCNATModel(UpsampledStudent, Glancing, NATransformerModel):
         NATransformerModel.add_args(parser)
         add_glancing_args(parser)
         parser.add_argument("--upsample-factor", type=int,
-                            help="decoder positions per source token (2: see the README's student table)")
+                            help="decoder positions per source token (2: see docs/students.md)")
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)

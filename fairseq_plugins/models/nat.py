@@ -2,7 +2,7 @@
 
 Each family is trained with fairseq's ``translation_lev`` task (or the plugin's ``kd_translation_lev``) and
 ``nat_loss`` criterion; what differs is the noise applied to the target during training, the loss and how
-many refinement iterations decoding runs. The recommended flags are in STUDENT_FAMILIES (and the README),
+many refinement iterations decoding runs. The recommended flags are in STUDENT_FAMILIES (and docs/students.md),
 so scripts and docs read them from one place.
 """
 from dataclasses import dataclass
