@@ -9,6 +9,7 @@ model's whole job; the server itself never computes, so forking it is safe for t
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 import sacrebleu
 
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
+from nat_kd import atomic
 from nat_kd.artifacts import DistilledSet
 from nat_kd.tokenization import TokenizationSettings
 
@@ -85,9 +87,14 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
                            + "\n    ".join(tail))
 
 
-def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training,
-               nat_family: str | None, seed: int = 1, gpus: int = 0, log_interval: int = 50) -> list:
-    """fairseq-train's arguments for an AT teacher (``nat_family`` None) or a NAT student of the study."""
+def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | None, training: Training,
+               nat_family: str | None, seed: int = 1, gpus: int = 0, fp16: bool = False, save_updates: int = 0,
+               log_interval: int = 50) -> list:
+    """fairseq-train's arguments for an AT teacher (``nat_family`` None) or a NAT student of the study;
+    ``shape`` None keeps the architecture's own sizes."""
+    # save_updates: a checkpoint_last.pt every N updates too (a requeued cluster job resumes from it); of the
+    # checkpoints fairseq then also names by their update, only the latest is kept
+    saves = ["--save-interval-updates", save_updates, "--keep-interval-updates", 1] if save_updates else []
     label_smoothing = training.label_smoothing
     if nat_family:
         family = STUDENT_FAMILIES[nat_family]
@@ -101,23 +108,56 @@ def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, t
     validate = ["--validate-interval-updates", training.validate_every] if training.validate_every else []
     distributed = ["--distributed-world-size", gpus] if gpus > 1 else []
     return [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--arch", arch,
-            *shape.flags(), "--label-smoothing", label_smoothing,
+            *(shape.flags() if shape else []), "--label-smoothing", label_smoothing,
             "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", training.lr,
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", training.warmup, "--warmup-init-lr", "1e-07",
             "--weight-decay", training.weight_decay,
             "--max-tokens", training.max_tokens, "--required-batch-size-multiple", 1,
-            "--max-update", training.updates, *validate, "--save-dir", save_dir, "--no-epoch-checkpoints",
-            "--seed", seed, *distributed,
+            "--max-update", training.updates, *validate, "--save-dir", save_dir, "--no-epoch-checkpoints", *saves,
+            "--seed", seed, *distributed, *(["--fp16"] if fp16 else []),
             "--log-format", "simple", "--log-interval", log_interval, "--no-progress-bar", "--num-workers", 0]
 
 
-def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training, log: Path,
-          threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0) -> Path:
+_UPDATES = re.compile(r"\bnum_updates[=\s]+(\d+)")
+_TRAIN_COMMAND = "$ python -m fairseq_cli.train "
+REPEATED = "repeated_updates.json"  # in the save folder: the updates trained again after a kill or requeue
+
+
+def count_repeated_updates(save_dir: Path, log: Path) -> int:
+    """Before fairseq-train resumes in ``save_dir``: the updates its last run in ``log`` reached beyond the
+    checkpoint it resumes from (those are trained again), added to REPEATED; returns the total so far."""
+    from .curve import checkpoint_updates
+
+    path, last = save_dir / REPEATED, save_dir / "checkpoint_last.pt"
+    counted = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"updates": 0, "run": None}
+    if not save_dir.is_dir() or not log.is_file():
+        return counted["updates"]  # never begun in this work folder
+    text = log.read_text(encoding="utf-8", errors="replace")
+    start = text.rfind(_TRAIN_COMMAND)  # the last run: where its command line is in the log
+    if start < 0 or start == counted["run"]:
+        return counted["updates"]
+    reached = max((int(n) for n in _UPDATES.findall(text[start:])), default=0)
+    saved = checkpoint_updates(last) if last.is_file() else 0
+    total = counted["updates"] + max(0, reached - saved)
+    atomic.write_json(path, {"updates": total, "run": start})
+    if reached > saved:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(f"# resuming: the last run reached update {reached}, its last checkpoint holds {saved}: "
+                         f"{reached - saved} updates are trained again\n")
+    return total
+
+
+def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | None, training: Training, log: Path,
+          threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0, fp16: bool = False,
+          save_updates: int = 0) -> Path:
     """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
     validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
-    node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself."""
+    node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself. A run
+    that resumes one killed or requeued counts the updates it trains again (``count_repeated_updates``)."""
+    count_repeated_updates(save_dir, log)
     run_logged("fairseq_cli.train", train_args(bin_dir, save_dir, arch=arch, shape=shape, training=training,
-                                               nat_family=nat_family, seed=seed, gpus=gpus), log, threads)
+                                               nat_family=nat_family, seed=seed, gpus=gpus, fp16=fp16,
+                                               save_updates=save_updates), log, threads)
     best = save_dir / "checkpoint_best.pt"
     if not best.is_file():
         raise RuntimeError(f"fairseq-train wrote no {best}")
@@ -147,7 +187,7 @@ def training_speed(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShap
 def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: int, max_tokens: int, log: Path,
               threads: int, tokenization: TokenizationSettings, languages: tuple[str, str],
               nat_family: str | None = None, batch_size: int | None = None,
-              max_len_a: float = 0.0, max_len_b: int = 200) -> list[str]:
+              max_len_a: float = 0.0, max_len_b: int = 200, fp16: bool = False) -> list[str]:
     """fairseq-generate ``split``; writes the hypotheses (in corpus order), detokenized by ``tokenization`` as
     the corpus was tokenized, to ``out``. ``batch_size``: at most that many sentences a batch (fairseq's
     --batch-size), within ``max_tokens``."""
@@ -159,7 +199,7 @@ def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: i
     raw = out.with_suffix(".generate.txt")
     run_logged("fairseq_cli.generate", [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--gen-subset", split,
                 "--path", checkpoint, "--max-tokens", max_tokens, "--required-batch-size-multiple", 1,
-                *(["--batch-size", batch_size] if batch_size else []),
+                *(["--batch-size", batch_size] if batch_size else []), *(["--fp16"] if fp16 else []),
                 *tokenization.fairseq_flags(*languages)], log, threads, stdout=raw)
     hyps = {int(m.group(1)): m.group(2) for m in
             re.finditer(r"^D-(\d+)\t[^\t]*\t(.*)$", raw.read_text(encoding="utf-8"), re.M)}
@@ -198,9 +238,9 @@ def bleu(hypotheses: list[str], references: list[str]) -> dict:
 
 
 def distil(prepared: Path, teacher: Path, out: Path, *, strategy: str, decoding: dict, max_tokens: int,
-           log: Path, threads: int) -> dict:
+           log: Path, threads: int, fp16: bool = False) -> dict:
     """nat_kd.generate_distilled over the training split; returns its meta.json."""
-    flags = []
+    flags = ["--fp16"] if fp16 else []
     for key, value in decoding.items():
         flags += [f"--{key.replace('_', '-')}", value]
     run_logged("nat_kd.generate_distilled", ["--teacher-path", teacher, "--prepared", prepared,

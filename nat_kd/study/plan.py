@@ -28,10 +28,12 @@ def student_step(family: str, data: str, seed: int = 1) -> str:
     return f"student.{family}.{data}" + (f".seed{seed}" if seed != 1 else "")
 
 
-def count_parameters(arch: str, shape: ModelShape, vocab_size: int) -> int:
+def count_parameters(arch: str, shape: ModelShape | None, vocab_size: int) -> int:
+    """``shape`` None: the architecture's own sizes."""
     from fairseq_plugins.counting import build_model
 
-    return sum(p.numel() for p in build_model(arch, vocab_size, **shape.overrides()).parameters())
+    overrides = shape.overrides() if shape else {}
+    return sum(p.numel() for p in build_model(arch, vocab_size, **overrides).parameters())
 
 
 # ---------------------------------------------------------------- step functions
@@ -60,28 +62,30 @@ def _evaluate(ctx: StepContext, prepared: PreparedCorpus, bin_dir: Path, checkpo
     for split in evaluation["splits"]:
         hyps = jobs.translate(bin_dir, checkpoint, split, ctx.work / f"{split}.hyp", log=ctx.log,
                               threads=ctx.threads, nat_family=nat_family, tokenization=prepared.tokenization(),
-                              languages=prepared.language_pair(), **settings)
+                              languages=prepared.language_pair(), fp16=ctx.fp16, **settings)
         score = jobs.bleu(hyps, read_lines(prepared.raw(split, tgt)))
         out[f"{split}_bleu"], out["bleu_signature"] = score["bleu"], score["signature"]
         out[f"{split}_hypotheses"] = str(ctx.work / f"{split}.hyp")
     return out
 
 
-def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, shape: dict, training: dict,
+def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, shape: dict | None, training: dict,
                nat_family: str | None, evaluation: dict, tgt: str, seed: int = 1) -> dict:
     """Train one model (AT or NAT) on the prepared data or on a distilled set, then evaluate it. With
     ``bleu_every`` the checkpoint is the one with the best validation BLEU and the result holds the curve;
-    otherwise it is fairseq's best on validation loss."""
+    otherwise it is fairseq's best on validation loss. ``shape`` None: the architecture's own sizes."""
     prepared = PreparedCorpus(ctx.results[prepare]["dir"])
     bin_dir = (DistilledSet(ctx.results[data]["dir"]).bin if data else prepared.bin).root
-    shape_, training_ = ModelShape(**shape), Training(**training)
+    shape_, training_ = ModelShape(**shape) if shape else None, Training(**training)
     save_dir = ctx.work / "checkpoints"
 
     def train(budget: Training) -> Path:
         return jobs.train(bin_dir, save_dir, arch=arch, shape=shape_, training=budget, log=ctx.log,
-                          threads=ctx.threads, nat_family=nat_family, seed=seed, gpus=ctx.gpus)
+                          threads=ctx.threads, nat_family=nat_family, seed=seed, gpus=ctx.gpus, fp16=ctx.fp16,
+                          save_updates=ctx.save_updates)
 
-    result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)), "shape": shape_.label, "seed": seed}
+    result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)),
+              "shape": shape_.label if shape_ else arch, "seed": seed}
     splits = evaluation["splits"]
     if training_.bleu_every:
         from .curve import train_with_curve
@@ -93,7 +97,8 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
             return jobs.bleu(jobs.translate(bin_dir, checkpoint, "valid", hypotheses, log=ctx.log,
                                             threads=ctx.threads, nat_family=nat_family,
                                             tokenization=prepared.tokenization(),
-                                            languages=prepared.language_pair(), **settings), references)
+                                            languages=prepared.language_pair(), fp16=ctx.fp16, **settings),
+                             references)
 
         result |= train_with_curve(save_dir, training_, train, valid_bleu)
         checkpoint = Path(result["checkpoint"])
@@ -102,6 +107,8 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
         checkpoint = train(training_)
         result["checkpoint"] = str(checkpoint)
     result["outputs"] = [str(checkpoint)]
+    # the updates trained twice: a killed or requeued run resumes from its last checkpoint
+    result["repeated_updates"] = jobs.count_repeated_updates(save_dir, ctx.log)
     return result | _evaluate(ctx, prepared, bin_dir, checkpoint, evaluation | {"splits": splits}, nat_family, tgt)
 
 
@@ -116,7 +123,7 @@ def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, 
     prepared = Path(ctx.results[prepare]["dir"])
     out = DistilledSet(ctx.work / "data")
     meta = jobs.distil(prepared, Path(ctx.results[teacher]["checkpoint"]), out.root, strategy=strategy,
-                       decoding=decoding, max_tokens=max_tokens, log=ctx.log, threads=ctx.threads)
+                       decoding=decoding, max_tokens=max_tokens, log=ctx.log, threads=ctx.threads, fp16=ctx.fp16)
     if ctx.results[teacher].get("valid_bleu") is not None:  # the generator cannot know it; the card names it
         from nat_kd.analysis.card import refresh_card
 

@@ -1,0 +1,245 @@
+"""``python -m nat_kd.choose``: which candidate training set should *my* NAT student learn from?
+
+Trains a short pilot of the student on each candidate set (``nat_kd.generate_distilled`` or ``nat_kd.mix``
+output) and on the real data, ranks the sets by the pilots' validation BLEU, and puts beside each its data
+measures (complexity, faithfulness, reordering, length) and how far pilots of that length agreed with full
+training in the committed studies (``nat_kd.study.pilots``). The pilot is the first ``--updates`` updates of
+the full recipe: the learning rate and the glancing schedule are those of a ``--final-updates`` run, so it
+is the very start of the training it stands for.
+
+Built on the study driver's steps (``nat_kd.study``): a killed run resumes where it stopped, ``--jobs``
+pilots run side by side, and ``--launcher slurm`` makes each pilot a cluster job. Writes OUT/ranking.md and
+OUT/ranking.json; step records, logs and checkpoints go to OUT/steps, OUT/logs, OUT/work.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import nullcontext
+from dataclasses import asdict
+from pathlib import Path
+
+from nat_kd import atomic
+from nat_kd.artifacts import DistilledSet, PreparedCorpus
+from nat_kd.cli import add_verbose_argument, run, setup_logging
+from nat_kd.corpus import iter_lines
+from nat_kd.errors import SettingsError
+from nat_kd.launch import ClusterConfig, add_launcher_arguments, read_cluster_file, sigterm_as_interrupt
+from nat_kd.markdown import cell, table
+
+# the `capacity` study's student recipe, in which the pilots' agreement was measured
+FINAL_UPDATES = 2000
+MEASURES = [("complexity", "C(d) paper", ".3f"), ("complexity_token_weighted", "C(d) token-weighted", ".3f"),
+            ("faithfulness_interpolated", "F(d) interp.", ".3f"), ("reordering", "FRS", ".3f"),
+            ("length_ratio", "length ratio", ".3f"), ("bleu", "BLEU vs real", ".2f")]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m nat_kd.choose", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, metavar="PREPARED",
+                   help="the corpus the candidates re-decode: a nat_kd.prepare output folder")
+    p.add_argument("--candidates", required=True, nargs="+", metavar="SET",
+                   help="candidate training sets: nat_kd.generate_distilled or nat_kd.mix output folders, made in "
+                        "the corpus's vocabulary (with a published teacher: --student-data PREPARED)")
+    p.add_argument("--arch", required=True, help="the NAT student: a kd_FAMILY_SIZE architecture, e.g. kd_glat_tiny")
+    p.add_argument("--updates", type=int, required=True, help="each pilot's budget in updates")
+    p.add_argument("--out", required=True, help="the folder of the pilots and the ranking")
+    p.add_argument("--final-updates", type=int, default=FINAL_UPDATES,
+                   help=f"the full training the pilot stands for (default {FINAL_UPDATES}): glancing students "
+                        "anneal over its first two thirds")
+    p.add_argument("--max-tokens", type=int, default=4096, help="tokens a batch (default 4096)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    p.add_argument("--warmup", type=int, default=200, help="warm-up updates, inverse square root (default 200)")
+    p.add_argument("--label-smoothing", type=float, default=0.1,
+                   help="(default 0.1; 0 for the families whose loss has none: CTC, DA-Transformer)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=1, help="pilots trained at once (default 1)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads a pilot (default 1)")
+    p.add_argument("--analysis", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure the sets' complexity, faithfulness and reordering (default: on)")
+    add_launcher_arguments(
+        p, "docs/study.md",
+        launcher="local (default): the pilots run here, --jobs at a time; slurm: each a Slurm job (submitit); "
+                 "submitit-local: the same jobs as processes on this machine",
+        cluster="[launcher] (partition, account, ...) and [resources.KIND] tables (KIND: prepare, analysis, train)",
+        dry_run="print every job that would be submitted; run nothing",
+        detach="on Ctrl-C or SIGTERM, leave the submitted jobs running; the same command later collects them")
+    add_verbose_argument(p)
+    return p.parse_args(argv)
+
+
+def student_family(arch: str) -> str:
+    """The NAT family of a kd_* student architecture; an AT or unknown one is a SettingsError."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from fairseq_plugins.models.nat import STUDENT_ARCHS
+
+    if arch in STUDENT_ARCHS:
+        return STUDENT_ARCHS[arch][0]
+    students = sorted(a for a in STUDENT_ARCHS if a.endswith("_tiny"))
+    if arch in ARCH_MODEL_REGISTRY:
+        raise SettingsError(f"--arch {arch} is not a NAT student (an autoregressive model?): choose trains NAT "
+                            f"students; give a kd_FAMILY_SIZE architecture, e.g. {', '.join(students)}")
+    raise SettingsError(f"--arch {arch}: no such architecture; give a kd_FAMILY_SIZE one, e.g. {', '.join(students)}")
+
+
+def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
+    """A finished set that re-decodes the corpus's training sources, in the corpus's vocabulary."""
+    candidate, (src, tgt) = DistilledSet(folder), corpus.language_pair()
+    if candidate.meta() is None:
+        raise SettingsError(f"{folder}: no meta.json: not a finished nat_kd.generate_distilled or nat_kd.mix set "
+                            "(an interrupted one: run its command again to finish it)")
+    theirs, ours = iter_lines(candidate.text("train", src)), iter_lines(corpus.raw("train", src))
+    for number, (a, b) in enumerate(zip(theirs, ours), 1):
+        if a != b:
+            raise SettingsError(f"{candidate.text('train', src)}:{number}: the source differs from "
+                                f"{corpus.raw('train', src)}:{number}: a candidate re-decodes this corpus's training "
+                                f"sources (generate_distilled --prepared {corpus.root})")
+    left = next(theirs, None) is not None, next(ours, None) is not None
+    if any(left):
+        raise SettingsError(f"{candidate.text('train', src)}: {'more' if left[0] else 'fewer'} lines than "
+                            f"{corpus.raw('train', src)}: a candidate re-decodes this corpus's whole training split")
+    for lang in (src, tgt):
+        mine, real = candidate.bin.dictionary(lang), corpus.bin.dictionary(lang)
+        if not mine.is_file() or mine.read_bytes() != real.read_bytes():
+            raise SettingsError(f"{mine} is not {real}: the set is in another vocabulary (its teacher's); make it "
+                                f"in the student's with generate_distilled --student-data {corpus.root}")
+    return candidate
+
+
+def candidate_step(ctx, *, name: str, dir: str, src: str, tgt: str) -> dict:
+    """A candidate set as the analysis and the pilots read it (what the study's distil steps return)."""
+    candidate = DistilledSet(dir)
+    meta = candidate.meta()
+    return {"dir": dir, "name": name, "strategy": meta["strategy"], "outputs": [str(candidate.text("train", tgt))],
+            "sentences": meta["sentences"]}
+
+
+def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet], family: str, out: Path):
+    from functools import partial
+
+    from nat_kd.study.config import Training
+    from nat_kd.study.plan import analysis_step, prepare_step, train_step
+    from nat_kd.study.steps import Step
+
+    src, tgt = corpus.language_pair()
+    manifest = corpus.manifest() or {}
+    steps = [Step("prepare", "prepare", {"corpus": manifest.get("fingerprint")},
+                  partial(prepare_step, src=src, tgt=tgt, vocab_size=0, train_limit=None, data_dir=None,
+                          corpus=manifest.get("fingerprint"), own={"prepared": str(corpus.root)}))]
+    for name, candidate in candidates.items():
+        steps.append(Step(f"set.{name}", "prepare", {"name": name},
+                          partial(candidate_step, name=name, dir=str(candidate.root), src=src, tgt=tgt)))
+    sets = [f"set.{name}" for name in candidates]
+    if args.analysis:
+        from nat_kd.study.config import ANALYSIS_DEFAULTS
+
+        steps.append(Step("analysis", "analysis", {"sets": sets, "details": ANALYSIS_DEFAULTS},
+                          partial(analysis_step, prepare="prepare", sets=sets, src=src, tgt=tgt,
+                                  out=str(out / "analysis"), details=ANALYSIS_DEFAULTS), ["prepare", *sets]))
+    training = Training(updates=args.updates, max_tokens=args.max_tokens, lr=args.lr, warmup=args.warmup,
+                        label_smoothing=args.label_smoothing, bleu_every=args.updates,
+                        glance_anneal_updates=round(args.final_updates * 2 / 3))
+    evaluation = {"beam": 1, "max_tokens": 8192, "max_len_a": 0.0, "max_len_b": 200, "splits": ["valid"]}
+    for name, data in [("real", None), *((name, f"set.{name}") for name in candidates)]:
+        settings = dict(prepare="prepare", data=data, arch=args.arch, shape=None, training=asdict(training),
+                        nat_family=family, evaluation=evaluation, tgt=tgt, seed=args.seed)
+        steps.append(Step(f"pilot.{name}", "train", settings, partial(train_step, **settings),
+                          ["prepare"] + ([data] if data else [])))
+    return steps
+
+
+def ranking(records: dict, candidates: list[str], family: str, updates: int) -> dict:
+    """The sets by their pilot's validation BLEU, best first, with their data measures and the agreement
+    of this family's pilots with full training in the committed studies."""
+    from nat_kd.study.pilots import for_family
+
+    analysis = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
+    rows = []
+    for name in ["real", *candidates]:
+        pilot = records[f"pilot.{name}"]["result"]
+        rows.append({"set": name, "valid_bleu": pilot["valid_bleu"],
+                     **{key: analysis.get(name, {}).get(key) for key, _, _ in MEASURES}})
+    rows.sort(key=lambda r: -r["valid_bleu"])
+    agreement, measured = for_family(family, updates)
+    return {"family": family, "updates": updates, "rows": rows, "agreement": agreement, "measured_updates": measured}
+
+
+def render(rank: dict, arch: str) -> str:
+    best = rank["rows"][0]["valid_bleu"]
+    body = [[i, r["set"], cell(r["valid_bleu"], ".2f"), "best" if i == 1 else f"{r['valid_bleu'] - best:+.2f}"]
+            + [cell(r[key], spec) for key, _, spec in MEASURES] for i, r in enumerate(rank["rows"], 1)]
+    parts = [f"# Which training set for {arch}? Pilots of {rank['updates']:,} updates\n",
+             table(["rank", "training set", "pilot valid BLEU", "gap"] + [label for _, label, _ in MEASURES], body),
+             "Pilot valid BLEU: sacrebleu on the detokenized validation set after the pilot's last update. Data "
+             "measures: nat_kd.analyze report (13a, lowercased), each set against the real data.\n",
+             "## How far pilots this short can be trusted\n"]
+    agreement, measured = rank["agreement"], rank["measured_updates"]
+    if not measured:
+        parts.append(f"Not measured: no committed study trained {rank['family']} students on enough sets with a "
+                     "learning curve (docs/results/capacity/). Treat the ranking as a pilot's, nothing more.\n")
+    elif not agreement:
+        parts.append(f"Not measured this short: {rank['family']} pilots were measured at "
+                     f"{', '.join(f'{u:,}' for u in measured)} updates (docs/results/capacity/).\n")
+    else:
+        from nat_kd.study.pilots import markdown
+
+        parts += [f"Pilots of {rank['family']} in the committed studies, at the longest budget up to "
+                  f"{rank['updates']:,} updates, against the final test BLEU of full training "
+                  "(docs/results/capacity/):\n", markdown(agreement)]
+    return "\n".join(parts)
+
+
+def main(argv=None) -> int:
+    setup_logging(argv)
+    args = parse_args(argv)
+    return run(lambda: _choose(args))
+
+
+def _choose(args) -> int:
+    from nat_kd.study.cluster import JobLauncher, check_resources, dry_run
+    from nat_kd.study.steps import Runner
+
+    if args.updates < 1 or args.final_updates < args.updates:
+        raise SettingsError(f"--updates {args.updates} --final-updates {args.final_updates}: give 1 <= --updates "
+                            "<= --final-updates")
+    family = student_family(args.arch)
+    corpus = PreparedCorpus(args.corpus)
+    if corpus.manifest() is None:
+        raise SettingsError(f"--corpus {args.corpus}: no manifest.json; give a nat_kd.prepare output folder")
+    candidates = {}
+    for folder in map(Path, args.candidates):
+        name = folder.resolve().name
+        if name in candidates or name == "real":
+            raise SettingsError(f"{folder}: a second candidate named '{name}'; the folder's name names the set: "
+                                "rename one")
+        candidates[name] = check_candidate(folder, corpus)
+    out = Path(args.out).resolve()
+    steps = build_steps(args, corpus, candidates, family, out)
+    cluster = read_cluster_file(args.cluster) if args.cluster else ClusterConfig()
+    if args.launcher != "local" or args.dry_run:
+        check_resources(cluster, steps, args.cluster or "--cluster")
+    launcher = JobLauncher(out, args.launcher, cluster, args.detach) if args.launcher != "local" else None
+    runner = Runner(out, jobs=args.jobs, threads=args.threads, launcher=launcher)
+    if args.dry_run:
+        print("\n".join(dry_run(steps, runner, cluster, args.detach)))
+        return 0
+    try:
+        with sigterm_as_interrupt() if launcher else nullcontext():
+            records = runner.run(steps)
+    except KeyboardInterrupt:
+        if launcher is None:
+            raise
+        print("stopped; rerun the same command to go on", file=sys.stderr)
+        return 130
+    rank = ranking(records, list(candidates), family, args.updates)
+    text = render(rank, args.arch)
+    atomic.write_json(out / "ranking.json", rank)
+    atomic.write_text(out / "ranking.md", text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Pilot students: does a short training rank the training sets as the full one does?
+
+Every student trained with a validation-BLEU curve (curve.py) holds its pilots already: the curve's point at
+N updates is the validation BLEU of a pilot trained N updates with the same recipe (the learning rate and the
+glancing schedule do not depend on the budget, and the chunks follow one uninterrupted run). For each study
+and student family, the sets' validation BLEU at N updates is ranked against their final test BLEU (Spearman,
+exact p over the n! orders) and the pilot's pick (its best set) is compared with the final best: the "regret"
+is the final test BLEU lost by training on the pilot's pick.
+
+Command line: ``python -m nat_kd.study.pilots RESULTS.json [...] --json OUT.json --markdown OUT.md`` over the
+results.json of finished studies; ``nat_kd.choose`` reads the JSON it writes (AGREEMENT, in this package).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from nat_kd import atomic
+from nat_kd.cli import add_verbose_argument, run, setup_logging
+from nat_kd.errors import NatKdError
+from nat_kd.markdown import cell, table
+
+PILOT_UPDATES = (250, 500, 1000, 1500)
+AGREEMENT = Path(__file__).with_name("pilot_agreement.json")  # the committed studies' agreement, for nat_kd.choose
+
+
+def students_by_family(records: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """family -> training set label -> the result of its seed-1 student with a learning curve, from a study's
+    step records (the label is the distilled set's name, or "real"); students of other corpora (the
+    multi-modality experiment) are left out."""
+    out: dict[str, dict[str, dict]] = {}
+    for record in records.values():
+        settings, result = record.get("settings", {}), record.get("result", {})
+        if (record.get("kind") != "train" or not settings.get("nat_family") or settings.get("seed", 1) != 1
+                or settings.get("prepare") != "prepare" or "curve" not in result or result.get("test_bleu") is None):
+            continue
+        data = settings.get("data")
+        label = "real" if data is None else records.get(data, {}).get("result", {}).get("name", data)
+        out.setdefault(settings["nat_family"], {})[label] = result
+    return out
+
+
+def _at(curve: list[dict], updates: int) -> float | None:
+    return next((p["valid_bleu"] for p in curve if p["updates"] == updates), None)
+
+
+def agreement(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> list[dict]:
+    """One row per family and pilot budget with at least MIN_SETS_FOR_CORRELATION sets measured there."""
+    from .central_table import MIN_SETS_FOR_CORRELATION, spearman  # imports fairseq (after the logging set-up)
+
+    rows = []
+    for family, students in sorted(students_by_family(records).items()):
+        final = {label: r["test_bleu"] for label, r in students.items()}
+        best = max(final, key=final.get)
+        for updates in budgets:
+            pilot = {label: v for label, r in students.items() if (v := _at(r["curve"], updates)) is not None}
+            if len(pilot) < MIN_SETS_FOR_CORRELATION:
+                continue
+            labels = sorted(pilot)
+            rho, p = spearman([pilot[x] for x in labels], [final[x] for x in labels])
+            pick = max(labels, key=pilot.get)
+            rows.append({"study": study, "family": family, "sets": len(labels), "updates": updates,
+                         "rho": None if math.isnan(rho) else round(rho, 4), "p": None if math.isnan(p) else p,
+                         "pick": pick, "final_best": best, "regret": round(final[best] - final[pick], 2),
+                         "final_updates": max(r["updates_trained"] for r in students.values())})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    from .central_table import p_value_cell
+
+    return table(["study", "student", "sets", "pilot updates", "Spearman rho", "exact p (two-sided)",
+                  "pilot's pick", "final best", "test BLEU lost"],
+                 [[r["study"], r["family"], r["sets"], f"{r['updates']:,}", cell(r["rho"], "+.3f"),
+                   p_value_cell(float("nan") if r["p"] is None else r["p"]), r["pick"], r["final_best"],
+                   cell(r["regret"], ".2f")] for r in rows])
+
+
+def for_family(family: str, updates: int, path: Path = AGREEMENT) -> tuple[list[dict], list[int]]:
+    """The measured agreement of ``family``'s pilots at the longest budget of at most ``updates``, one row a
+    study, and every budget measured for the family (both empty where no study measured it)."""
+    rows = [r for r in json.loads(path.read_text(encoding="utf-8"))["rows"] if r["family"] == family]
+    out = []
+    for study in dict.fromkeys(r["study"] for r in rows):
+        fitting = [r for r in rows if r["study"] == study and r["updates"] <= updates]
+        if fitting:
+            out.append(max(fitting, key=lambda r: r["updates"]))
+    return out, sorted({r["updates"] for r in rows})
+
+
+def main(argv=None) -> int:
+    setup_logging(argv)
+    p = argparse.ArgumentParser(prog="python -m nat_kd.study.pilots", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="a finished study's results.json (its results folder's)")
+    p.add_argument("--updates", type=int, nargs="+", default=list(PILOT_UPDATES), help="pilot budgets")
+    p.add_argument("--json", type=Path, help="write the rows here (nat_kd.choose reads " + str(AGREEMENT.name) + ")")
+    p.add_argument("--markdown", type=Path, help="write the table here")
+    add_verbose_argument(p)
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        rows, sources = [], []
+        for path in map(Path, args.results):
+            try:
+                results = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as err:
+                raise NatKdError(f"{path}: {err}; give a study's results/results.json") from None
+            if "steps" not in results or "profile" not in results:
+                raise NatKdError(f"{path}: no 'profile' and 'steps': not a study's results.json")
+            rows += agreement(results["profile"], results["steps"], args.updates)
+            sources.append(path.as_posix())
+        text = markdown(rows)
+        if args.json:
+            atomic.write_json(args.json, {"sources": sources, "rows": rows})
+        if args.markdown:
+            atomic.write_text(args.markdown, text)
+        print(text, end="")
+        return 0
+
+    return run(go)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

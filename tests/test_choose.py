@@ -1,0 +1,163 @@
+"""nat_kd.choose: pilots on two candidate sets and the real data, ranked, resumed; bad input refused up front;
+and the pilot agreement it reports (nat_kd.study.pilots) against hand-made curves."""
+import json
+import shutil
+
+import pytest
+
+from nat_kd.choose import main
+from nat_kd.study import pilots
+
+TRAIN = 203  # tiny_en_de's training pairs
+
+
+def write_candidate(prepared, out, make_target):
+    """A distilled set of the training split written by the generator's own output code, its targets made by
+    hand from the references."""
+    import sentencepiece
+    from fairseq.data import Dictionary
+
+    from nat_kd.distill.output import write_output
+    from nat_kd.distill.source import load_binarized
+
+    refs = (prepared / "raw" / "train.de").read_text(encoding="utf-8").splitlines()
+    sources = (prepared / "raw" / "train.en").read_text(encoding="utf-8").splitlines()
+    assert len(refs) == len(sources) == TRAIN
+    targets = [make_target(i, r) for i, r in enumerate(refs)]
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(prepared / "spm.model"))
+    tokens = load_binarized(prepared / "bin", "train", "en", "en-de", Dictionary.load(str(prepared / "bin" / "dict.en.txt")))
+    meta = {"name": out.name, "strategy": "beam", "split": "train", "source_lang": "en", "target_lang": "de",
+            "sentences": TRAIN, "empty_source_lines": [], "truncated_source_lines": [], "teacher": {},
+            "files": {"source": "train.en", "target": "train.de", "binarized_left_out_lines": []}}
+    write_output(out, split="train", src="en", tgt="de", source_text=sources, source_tokens=tokens,
+                 source_pieces=[" ".join(p) for p in sp.encode(sources, out_type=str)],
+                 target_pieces=[" ".join(p) for p in sp.encode(targets, out_type=str)], target_text=targets,
+                 dict_dir=prepared / "bin", data_dir=prepared / "bin", meta=meta)
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tiny_en_de, tmp_path_factory):
+    """tiny_en_de's 203 training pairs with 100 validation and test pairs (each pilot decodes the validation
+    set), prepared as a user's own corpus with tiny_en_de's sentencepiece model."""
+    from nat_kd.prepare import PrepareConfig, prepare
+
+    raw = tmp_path_factory.mktemp("raw")
+    for split, count in (("train", TRAIN), ("valid", 100), ("test", 100)):
+        for lang in ("en", "de"):
+            lines = (tiny_en_de / "raw" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)
+            (raw / f"{split}.{lang}").write_text("".join(lines[:count]), encoding="utf-8")
+    return prepare(PrepareConfig("en", "de", trainpref=str(raw / "train"), validpref=str(raw / "valid"),
+                                 testpref=str(raw / "test"), spm_model=str(tiny_en_de / "spm.model")),
+                   out_dir=tmp_path_factory.mktemp("data") / "en-de")
+
+
+@pytest.fixture(scope="module")
+def candidates(corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("candidates")
+    short = write_candidate(corpus, root / "short", lambda i, r: " ".join(r.split()[:4]))
+    doubled = write_candidate(corpus, root / "doubled", lambda i, r: f"{r} {r}" if i % 2 else r)
+    return short, doubled
+
+
+def test_choose_ranks_pilots_on_every_candidate_and_the_real_data_and_resumes(corpus, candidates, tmp_path, capsys):
+    out = tmp_path / "choose"
+    argv = ["--corpus", str(corpus), "--candidates", *map(str, candidates), "--arch", "kd_nat_tiny",
+            "--updates", "3", "--final-updates", "6", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    rank = json.loads((out / "ranking.json").read_text())
+    assert sorted(r["set"] for r in rank["rows"]) == ["doubled", "real", "short"]
+    scores = [r["valid_bleu"] for r in rank["rows"]]
+    assert scores == sorted(scores, reverse=True)
+    for name in ("real", "short", "doubled"):
+        pilot = json.loads((out / "steps" / f"pilot.{name}.json").read_text())
+        assert pilot["result"]["updates_trained"] == 3 and [p["updates"] for p in pilot["result"]["curve"]] == [3]
+        assert pilot["result"]["valid_bleu"] == next(r["valid_bleu"] for r in rank["rows"] if r["set"] == name)
+        assert "test_bleu" not in pilot["result"]  # a pilot never decodes the test set
+        assert pilot["settings"]["data"] == (None if name == "real" else f"set.{name}")
+    by_set = {r["set"]: r for r in rank["rows"]}
+    # the analysis against the real data: the real set is itself, the short targets are shorter
+    assert by_set["real"]["bleu"] == pytest.approx(100) and by_set["real"]["length_ratio"] == pytest.approx(1)
+    assert by_set["short"]["length_ratio"] < 0.6 < 1.2 < by_set["doubled"]["length_ratio"]
+    # vanilla NAT's pilots were measured at 250 updates and more: 3 is shorter than any
+    assert rank["agreement"] == [] and rank["measured_updates"][0] == 250
+    assert "Not measured this short" in printed and (out / "ranking.md").read_text() == printed
+    assert printed.count("| short |") == 1 and "| 1 |" in printed
+
+    records = {f.name: f.read_text() for f in (out / "steps").iterdir()}
+    assert main(argv) == 0  # everything done: nothing trains again, the same ranking
+    assert capsys.readouterr().out == printed
+    assert {f.name: f.read_text() for f in (out / "steps").iterdir()} == records
+
+
+@pytest.mark.parametrize("breakage, message", [
+    ("source", "train.en:5: the source differs from"),
+    ("lines", "fewer lines than"),
+    ("vocabulary", "another vocabulary (its teacher's); make it in the student's with generate_distilled "
+                   "--student-data"),
+    ("meta", "no meta.json: not a finished"),
+])
+def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_path, capsys, breakage, message):
+    bad = tmp_path / "bad"
+    shutil.copytree(candidates[0], bad)
+    if breakage == "source":
+        lines = (bad / "train.en").read_text(encoding="utf-8").splitlines()
+        lines[4] += " extra"
+        (bad / "train.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    elif breakage == "lines":
+        lines = (bad / "train.en").read_text(encoding="utf-8").splitlines()
+        (bad / "train.en").write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+    elif breakage == "vocabulary":
+        with open(bad / "bin" / "dict.de.txt", "a", encoding="utf-8") as handle:
+            handle.write("__de__ 1\n")
+    else:
+        (bad / "meta.json").unlink()
+    code = main(["--corpus", str(corpus), "--candidates", str(candidates[1]), str(bad), "--arch", "kd_glat_tiny",
+                 "--updates", "3", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("arch, message", [
+    ("kd_transformer_tiny", "--arch kd_transformer_tiny is not a NAT student"),
+    ("kd_gpt_tiny", "--arch kd_gpt_tiny: no such architecture"),
+])
+def test_choose_refuses_an_autoregressive_or_unknown_student(corpus, candidates, tmp_path, capsys, arch, message):
+    code = main(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", arch, "--updates", "3",
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "kd_glat_tiny" in err
+
+
+def _student(family, data, curve, test):
+    return {"kind": "train", "settings": {"nat_family": family, "data": data, "prepare": "prepare"},
+            "result": {"curve": [{"updates": u, "valid_bleu": v} for u, v in curve], "test_bleu": test,
+                       "updates_trained": curve[-1][0]}}
+
+
+def test_pilot_agreement_ranks_each_family_s_pilots_against_its_final_test_bleu(tmp_path):
+    records = {f"distil.{x}": {"kind": "distil", "result": {"name": x}} for x in "abc"}
+    # at 250 updates the pilots order the sets d, c, b, a; the final test BLEU a, b, c, d; at 500 they agree
+    finals = {None: 20.0, "distil.a": 19.0, "distil.b": 18.0, "distil.c": 17.0}
+    early = {None: 1.0, "distil.a": 2.0, "distil.b": 3.0, "distil.c": 4.0}
+    for data in finals:
+        name = "real" if data is None else data.split(".")[1]
+        records[f"student.nat.{name}"] = _student("nat", data, [(250, early[data]), (500, finals[data] - 5)],
+                                                  finals[data])
+    records["student.nat.real.seed2"] = {**_student("nat", None, [(250, 99.0), (500, 99.0)], 99.0)}
+    records["student.nat.real.seed2"]["settings"]["seed"] = 2  # left out: seed 1 ranks the sets
+    records["student.glat.real"] = _student("glat", None, [(250, 1.0)], 5.0)  # one set: no ranking
+    rows = pilots.agreement("toy", records, budgets=(250, 500, 1000))
+    assert [(r["family"], r["updates"]) for r in rows] == [("nat", 250), ("nat", 500)]  # none measured at 1,000
+    first, second = rows
+    assert first["rho"] == -1 and first["p"] == pytest.approx(2 / 24)  # both perfect orders of 4! = 24
+    assert (first["pick"], first["final_best"], first["regret"]) == ("c", "real", 3.0)
+    assert second["rho"] == 1 and (second["pick"], second["regret"]) == ("real", 0.0)
+    path = tmp_path / "agreement.json"
+    path.write_text(json.dumps({"rows": rows}))
+    assert pilots.for_family("nat", 400, path) == ([first], [250, 500])
+    assert pilots.for_family("nat", 5000, path) == ([second], [250, 500])
+    assert pilots.for_family("nat", 100, path) == ([], [250, 500])
+    assert pilots.for_family("dat", 500, path) == ([], [])
