@@ -968,3 +968,52 @@ def test_spearman_over_eight_sets_counts_the_8_factorial_orders_only():
     tracemalloc.stop()
     assert rho == pytest.approx(1.0) and p == pytest.approx(2 / 40320)
     assert peak < 200e6
+
+
+def test_the_family_table_finds_each_family_s_best_set_and_tests_the_others_against_it(tmp_path):
+    """Four families on four sets, by hand: each family's best set, the gaps and paired bootstrap p against
+    it, the seed spread, the rank correlations (exact p of a perfect order of 4: 2/24) and the figure."""
+    from dataclasses import replace
+
+    from nat_kd.study.family_table import family_section
+
+    cfg = replace(study_config.load("capacity"), student_seeds=(2,), seed_sets={"nat": ("small.beam",)})
+    sets = ["real", "small.beam", "converged.beam", "converged.topk"]
+    complexity = {"real": 1.07, "small.beam": 0.70, "converged.beam": 0.80, "converged.topk": 0.95}
+    references = [f"ein hund nummer {i} läuft über die wiese" for i in range(30)]
+    (tmp_path / "data" / "raw").mkdir(parents=True)
+    (tmp_path / "data" / "raw" / "test.de").write_text("".join(r + "\n" for r in references), encoding="utf-8")
+    res = {"prepare": {"dir": str(tmp_path / "data")},
+           "analysis": {"rows": [{"name": s, "complexity": 0.7 + i / 10, "complexity_token_weighted": complexity[s],
+                                  "reordering": 0.8 + i / 100, "bleu": 100 - 10 * i} for i, s in enumerate(sets)]}}
+    # nat: the simpler the better (small.beam best); dat: the more complex the better (real best)
+    bleu = {"nat": {"small.beam": 20.0, "converged.beam": 19.0, "converged.topk": 17.0, "real": 15.0},
+            "glat": {"small.beam": 19.0, "converged.beam": 20.0, "converged.topk": 18.0, "real": 16.0},
+            "glat_ctc": {"small.beam": 21.0, "converged.beam": 22.0},
+            "dat": {"small.beam": 25.0, "converged.beam": 26.0, "converged.topk": 27.0, "real": 28.0}}
+    for family, scores in bleu.items():
+        for label, score in scores.items():
+            hyps = tmp_path / f"{family}.{label}.hyp"
+            best = score == max(scores.values())
+            # the best set's student says every reference; the others say nothing of a third of them
+            hyps.write_text("".join((r if best or i % 3 else "nichts") + "\n" for i, r in enumerate(references)),
+                            encoding="utf-8")
+            res[f"student.{family}.{label}"] = {"test_bleu": score, "test_hypotheses": str(hyps)}
+    res["student.nat.small.beam.seed2"] = {"test_bleu": 19.0}
+    paths = {}
+    text = "\n".join(family_section(cfg, res, tmp_path, paths))
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in text.split("###")[0].splitlines()
+            if line.startswith("| ") and line.split(" | ")[0].strip("| ") in bleu}
+    assert rows["nat"][2] == "**20.00** (best)" and rows["nat"][-2:] == ["small.beam", "0.700 |"]
+    assert rows["dat"][1] == "**28.00** (best)" and rows["dat"][-2:] == ["real", "1.070 |"]
+    assert rows["glat_ctc"][1] == "-" and rows["glat_ctc"][-2] == "converged.beam"
+    gap, p = re.fullmatch(r"15\.00 \((-5\.00), p ([0-9.]+)\)", rows["nat"][1]).groups()
+    assert 0 <= float(p) < 0.05  # a third of the sentences lost against the best: far beyond chance
+    assert "| nat | small.beam | 20.00, 19.00 | 19.50 | 0.71 | 1.00 |" in text
+    correlations = text.split("### Do the data measures predict", 1)[1]
+    weighted = next(line for line in correlations.splitlines() if line.startswith("| C(d), token-weighted"))
+    # glat_ctc has two sets: no correlation; nat falls with complexity, dat rises, both perfectly
+    assert weighted == "| C(d), token-weighted | -1.00 (0.083) | -0.80 (0.333) | +1.00 (0.083) |"
+    assert "glat_ctc (n" not in correlations.split("\n\n")[0]
+    assert paths["family_figure"].is_file() and paths["family_figure"].stat().st_size > 10_000
+    assert family_section(replace(cfg, student_families=("nat",)), res, tmp_path, {}) == []

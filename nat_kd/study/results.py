@@ -21,6 +21,7 @@ from fairseq_plugins.models.nat import STUDENT_FAMILIES
 from .config import StudyConfig
 from .plan import student_step
 from .central_table import central_section
+from .family_table import family_section
 from .gains import gains_section
 
 
@@ -407,6 +408,7 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
           if "capacity_figure" in paths else []),
         *gains_section(cfg, res),
         *central_section(cfg, res, out, paths),
+        *family_section(cfg, res, out, paths),
         *speed_section(cfg, res),
         *training_speed_section(cfg, res),
         *(["## Learning curves (validation BLEU every N updates; the checkpoint kept is the best)\n",
