@@ -24,5 +24,5 @@ fi
 # Everything else, pinned in setup.cfg; fairseq and torch are already satisfied.
 "${pip[@]}" -e "$root[test]"
 echo "[bootstrap] pip's note that fairseq-fixed wants torchaudio is expected: translation does not need it," \
-     "and it would pull another torch (README, Installation)" >&2
+     "and it would pull another torch (docs/installation.md)" >&2
 echo "$want" > "$stamp"

@@ -100,7 +100,7 @@ def test_a_teacher_training_overrides_the_teachers_defaults(tmp_path):
     assert cfg.teacher_training.updates == 1  # the defaults themselves are unchanged
 
 
-def test_kd_effect_profile_is_the_experiment_of_issue_15(tmp_path):
+def test_kd_effect_profile_is_the_converged_teacher_experiment(tmp_path):
     cfg = study_config.load("kd-effect")
     converged, weak = cfg.teachers
     assert converged.shape == weak.shape and converged.training.patience > 0
