@@ -36,14 +36,21 @@ class LaunchError(NatKdError):
 @dataclass(frozen=True)
 class Resources:
     """What one job asks the scheduler for (one node, one task: a multi-GPU fairseq-train spawns its own
-    processes, one per GPU)."""
+    processes, one per GPU), and how its GPU work runs."""
     gpus: int = 0
     cpus: int = 1
     mem_gb: float = 8.0
     hours: float = 1.0
+    gpu_type: str | None = None  # --gpus-per-node=TYPE:N (default: [launcher] gpu_type)
+    sbatch: dict = field(default_factory=dict)  # this kind's own sbatch options, over [launcher] sbatch
+    fp16: bool = False  # training and decoding in half precision (GPU jobs that take it)
+    save_updates: int = 0  # training: a checkpoint every N updates (0: fairseq's one an epoch)
 
     def describe(self) -> str:
-        return f"{self.gpus} GPU, {self.cpus} CPU, {self.mem_gb:g} GB, {self.hours:g} h"
+        gpu = f" ({self.gpu_type})" if self.gpu_type and self.gpus else ""
+        return (f"{self.gpus} GPU{gpu}, {self.cpus} CPU, {self.mem_gb:g} GB, {self.hours:g} h"
+                + (", fp16" if self.fp16 else "") + (f", saved every {self.save_updates} updates"
+                                                     if self.save_updates else ""))
 
 
 @dataclass(frozen=True)
@@ -53,16 +60,38 @@ class LauncherSettings:
     account: str | None = None
     qos: str | None = None
     constraint: str | None = None
-    max_jobs: int = 64  # jobs in the queue at once (the study submits what is ready, up to this many)
+    max_jobs: int = 64  # jobs in the queue at once (the study submits what is ready; a job array runs this many)
     setup: tuple[str, ...] = ()  # shell lines the job script runs first (module load ..., source .venv/bin/activate)
-    sbatch: dict = field(default_factory=dict)  # any other sbatch option, e.g. sbatch = {gres = "gpu:a100:1"}
+    gpu_type: str | None = None  # the GPU type of every job that asks for GPUs: --gpus-per-node=TYPE:N
+    sbatch: dict = field(default_factory=dict)  # any other sbatch option of every job, e.g. {mail_type = "FAIL"}
     poll_seconds: float = 30.0  # how often the driver asks the scheduler about its jobs
     max_retries: int = 2  # generator shards: how often a shard that died is resubmitted
 
 
 # the type of each key of [launcher] and [resources.KIND] that is not a string
 _TYPES = {"setup": list, "sbatch": dict, "max_jobs": int, "max_retries": int, "gpus": int, "cpus": int,
-          "mem_gb": (int, float), "hours": (int, float), "poll_seconds": (int, float)}
+          "mem_gb": (int, float), "hours": (int, float), "poll_seconds": (int, float), "fp16": bool,
+          "save_updates": int}
+# sbatch options that ask for GPUs: beside submitit's --gpus-per-node (which `gpus` and `gpu_type` make) recent
+# Slurm refuses them, and on a CPU job they would put a GPU where none is used
+GPU_COUNT_OPTIONS = ("gpus", "gpus_per_node", "gpus_per_task", "gpus_per_socket", "num_gpus")
+# sbatch options about the GPUs a job has: for GPU jobs only, so never in [launcher] sbatch (every job's)
+GPU_OPTIONS = ("cpus_per_gpu", "mem_per_gpu", "gpu_bind", "gpu_freq")
+
+
+def _sbatch_options(options: dict, where: str, every_job: bool) -> dict:
+    """An sbatch table, its keys as submitit writes them (gpu-bind and gpu_bind are one option), without the
+    options that ask for GPUs; ``every_job``: [launcher] sbatch, which CPU jobs get too."""
+    options = {key.replace("-", "_"): value for key, value in options.items()}
+    for key, value in options.items():
+        if key in GPU_COUNT_OPTIONS or (key == "gres" and "gpu" in str(value)):
+            raise LaunchError(f"{where}.sbatch: {key} = {value!r} would mix with the --gpus-per-node the jobs get "
+                              "from gpus: set [resources.KIND] gpus = N and gpu_type = \"TYPE\" (e.g. \"a100\") "
+                              "instead")
+        if every_job and key in GPU_OPTIONS:
+            raise LaunchError(f"{where}.sbatch: {key} would reach the CPU jobs too: move it to the sbatch table of "
+                              "a GPU kind, [resources.KIND] sbatch = {...}")
+    return options
 
 
 def _checked(cls, table: dict, where: str):
@@ -72,9 +101,11 @@ def _checked(cls, table: dict, where: str):
         if f.name not in table:
             continue
         value, expected = table.pop(f.name), _TYPES.get(f.name, str)
-        if not isinstance(value, expected) or isinstance(value, bool):
+        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
             name = getattr(expected, "__name__", "a number")
             raise LaunchError(f"{where}.{f.name} = {value!r}: expected {name}")
+        if f.name == "sbatch":
+            value = _sbatch_options(value, where, every_job=cls is LauncherSettings)
         values[f.name] = tuple(value) if f.name == "setup" else value
     if table:
         raise LaunchError(f"{where}: unknown key(s) {', '.join(sorted(table))}; known: "
@@ -92,11 +123,13 @@ class ClusterConfig:
     resources: dict = field(default_factory=dict)  # kind or step name -> {gpus, cpus, mem_gb, hours}
 
     def resources_for(self, defaults: dict[str, Resources], kind: str, name: str | None = None) -> Resources:
-        """The kind's default, under the [resources.KIND] keys, under the [resources."STEP NAME"] keys."""
+        """The kind's default, under the [resources.KIND] keys, under the [resources."STEP NAME"] keys (an
+        sbatch table adds its options to the kind's)."""
         out = defaults.get(kind, Resources())
         for key in (kind, name):
             if key in self.resources:
-                out = replace(out, **self.resources[key])
+                table = self.resources[key]
+                out = replace(out, **{**table, "sbatch": {**out.sbatch, **table.get("sbatch", {})}})
         return out
 
     def over(self, other: ClusterConfig) -> ClusterConfig:
@@ -126,7 +159,8 @@ def cluster_config(tables: dict, where: str = "") -> ClusterConfig:
         resources = {}
         for key, table in tables.get("resources", {}).items():
             if not isinstance(table, dict):
-                raise LaunchError(f"[resources].{key}: expected a table [resources.{key}] of gpus, cpus, mem_gb, hours")
+                raise LaunchError(f"[resources].{key}: expected a table [resources.{key}] of gpus, cpus, mem_gb, "
+                                  "hours, ...")
             resources[key] = {k: v for k, v in asdict(_checked(Resources, table, f"[resources.{key}]")).items()
                               if k in table}
     except LaunchError as err:
@@ -147,21 +181,49 @@ def read_cluster_file(path: str | Path) -> ClusterConfig:
     return cluster_config(tables, str(path))
 
 
-def executor_parameters(resources: Resources, settings: LauncherSettings, name: str) -> dict:
-    """submitit's AutoExecutor parameters of one job."""
+def check_job(resources: Resources, where: str, takes: tuple[str, ...] = ()) -> None:
+    """What one job asks for fits together, before anything is submitted: ``takes``, the keys beyond the
+    scheduler's that its work uses (fp16, save_updates); ``where``, the job and its tables, for the message."""
+    for key in ("fp16", "save_updates"):
+        if getattr(resources, key) and key not in takes:
+            raise LaunchError(f"{where}: {key} is not for these jobs (only for {', '.join(takes) or 'none'}); "
+                              "drop it")
+    if not resources.gpus:
+        asks = [key for key in ("fp16", "gpu_type") if getattr(resources, key)]
+        asks += [f"sbatch {key}" for key in GPU_OPTIONS if key in resources.sbatch]
+        if asks:
+            raise LaunchError(f"{where}: {', '.join(asks)} on a job without a GPU (gpus = 0): set gpus = 1, or drop "
+                              "it")
+
+
+def executor_parameters(resources: Resources, settings: LauncherSettings, name: str,
+                        after: tuple[str, ...] = ()) -> dict:
+    """submitit's AutoExecutor parameters of one job; ``after``: the ids of the jobs it waits for (Slurm's
+    afterok dependency)."""
     params = {"name": name, "timeout_min": max(1, round(resources.hours * 60)), "nodes": 1, "tasks_per_node": 1,
-              "cpus_per_task": resources.cpus, "mem_gb": resources.mem_gb, "slurm_setup": list(settings.setup)}
+              "cpus_per_task": resources.cpus, "mem_gb": resources.mem_gb, "slurm_setup": list(settings.setup),
+              # a job array (the generator's shards) runs at most max_jobs tasks at once
+              "slurm_array_parallelism": settings.max_jobs}
     if resources.gpus:  # no GPU: no gres request at all (some CPU partitions refuse even --gpus-per-node=0)
-        params["gpus_per_node"] = resources.gpus
+        params["gpus_per_node"] = resources.gpus  # an int for submitit-local, which hands out GPUs itself
+        gpu_type = resources.gpu_type or settings.gpu_type
+        if gpu_type:
+            params["slurm_gpus_per_node"] = f"{gpu_type}:{resources.gpus}"
     for key in ("partition", "account", "qos", "constraint"):
         if getattr(settings, key):
             params[f"slurm_{key}"] = getattr(settings, key)
-    if settings.sbatch:
-        params["slurm_additional_parameters"] = dict(settings.sbatch)
+    additional = {**settings.sbatch, **resources.sbatch}
+    if after:
+        params["slurm_dependency"] = "afterok:" + ":".join(after)
+        # a job whose dependency failed leaves the queue instead of waiting there for ever
+        additional["kill_on_invalid_dep"] = "yes"
+    if additional:
+        params["slurm_additional_parameters"] = additional
     return params
 
 
-def make_executor(launcher: str, folder: Path, resources: Resources, settings: LauncherSettings, name: str):
+def make_executor(launcher: str, folder: Path, resources: Resources, settings: LauncherSettings, name: str,
+                  after: tuple[str, ...] = ()):
     """A submitit executor for one job (or one array) of ``resources``, its files in ``folder``."""
     import submitit
 
@@ -169,8 +231,21 @@ def make_executor(launcher: str, folder: Path, resources: Resources, settings: L
         executor = submitit.AutoExecutor(folder=folder, cluster=_SUBMITIT_CLUSTER[launcher])
     except RuntimeError as err:  # no srun on this machine
         raise LaunchError(f"--launcher {launcher}: {err} (try --dry-run to see the jobs)") from None
-    executor.update_parameters(**executor_parameters(resources, settings, name))
+    executor.update_parameters(**executor_parameters(resources, settings, name, after))
     return executor
+
+
+@contextmanager
+def submission():
+    """Around a submission: the scheduler's refusal (sbatch's own message: a time limit above the partition's,
+    an unknown account) raised as a LaunchError, on one line."""
+    from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+    try:
+        yield
+    except (FailedJobError, FailedSubmissionError, OSError) as err:
+        message = " ".join(str(err).split()) or type(err).__name__
+        raise LaunchError(f"the job could not be submitted: {message}") from None
 
 
 # AutoExecutor's generic names as SlurmExecutor's (submitit's own equivalence table, which needs an executor
@@ -179,13 +254,15 @@ _SLURM_NAMES = {"name": "job_name", "timeout_min": "time", "mem_gb": "mem", "tas
 
 
 def sbatch_script(resources: Resources, settings: LauncherSettings, name: str, folder: Path,
-                  array: int | None = None) -> str:
+                  array: int | None = None, after: tuple[str, ...] = ()) -> str:
     """The sbatch script submitit writes for this job (an array of ``array`` tasks), made without Slurm by
     submitit's own renderer from the parameters ``make_executor`` gives it."""
     from submitit.slurm.slurm import _convert_mem, _make_sbatch_string
 
-    params = {_SLURM_NAMES.get(key, key.removeprefix("slurm_")): value
-              for key, value in executor_parameters(resources, settings, name).items()}
+    # the generic names first, so that a slurm_ name wins, as in submitit's AutoExecutor
+    params = sorted(executor_parameters(resources, settings, name, after).items(),
+                    key=lambda item: item[0].startswith("slurm_"))
+    params = {_SLURM_NAMES.get(key, key.removeprefix("slurm_")): value for key, value in params}
     params["mem"] = _convert_mem(params["mem"])
     params["setup"] = params["setup"] or None
     command = f"{shlex.quote(sys.executable)} -u -m submitit.core._submit {shlex.quote(str(folder))}"
@@ -193,8 +270,12 @@ def sbatch_script(resources: Resources, settings: LauncherSettings, name: str, f
 
 
 def sbatch_lines(script: str) -> list[str]:
-    """The ``#SBATCH`` lines of a script (what a dry run prints)."""
-    return [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    """What a dry run prints of a script: its ``#SBATCH`` options but the log files (submitit's names in the
+    job's folder), then the setup lines the job runs first."""
+    options = [line for line in script.splitlines()
+               if line.startswith("#SBATCH") and not line.startswith(("#SBATCH --output", "#SBATCH --error"))]
+    setup = script.split("\n# setup\n", 1)[1].split("\n\n", 1)[0].splitlines() if "\n# setup\n" in script else []
+    return options + (["# setup", *setup] if setup else [])
 
 
 # ---------------------------------------------------------------- submitted jobs, found again later
@@ -225,6 +306,15 @@ class Submitted:
             return submitit.SlurmJob(folder=self.folder, job_id=self.job_id)
         return submitit.local.local.LocalJob(folder=self.folder, job_id=self.job_id)
 
+    def state(self, job=None) -> str:
+        """The job's state now: Slurm's own (sacct: PENDING, RUNNING, FAILED, ...), or for submitit-local
+        RUNNING or ENDED. ``job``: ``self.job()`` made beforehand (submitit asks sacct about every job made so
+        far in one call)."""
+        job = job or self.job()
+        if self.launcher == "slurm":
+            return job.state
+        return "RUNNING" if still_running(job, self.launcher) else "ENDED"
+
 
 def still_running(job, launcher: str) -> bool:
     """Whether a job (maybe re-created from a marker, without its process handle) is queued or running."""
@@ -248,6 +338,23 @@ def _process_alive(pid: str) -> bool:
     except (OSError, ValueError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+# the scheduler's states of a job ended by something outside its work: preempted, its node failed, its time
+# limit (after submitit's own requeues); submitit-local's job killed by a signal stands for these
+RETRIED_STATES = ("PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "INTERRUPTED")
+
+
+def outside_cause(job, error: BaseException) -> str | None:
+    """The scheduler's state when ``job`` left no result because of a cause outside its work (RETRIED_STATES),
+    so that running it again may succeed; None for the job's own error (its settings, its teacher: the same
+    again), and for a job out of memory or cancelled."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    if isinstance(error, FailedJobError) or not isinstance(error, UncompletedJobError):
+        return None  # FailedJobError: the job raised, and its traceback is the error
+    state = str(job.state).split(" ")[0].upper()
+    return state if state in RETRIED_STATES else None
 
 
 def wait_for(job, launcher: str, poll_seconds: float, stop) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.launch import add_launcher_arguments, read_cluster_file, sigterm_as_interrupt
 
-from .cluster import JobLauncher, check_resource_keys, dry_run, submitted_note
+from .cluster import JobLauncher, check_resources, dry_run, job_notes
 from .config import load
 from .curve import progress_note
 from .steps import Runner, needed
@@ -49,8 +49,10 @@ def main(argv=None) -> int:
         cluster="[launcher] (partition, account, ...) and [resources.KIND] tables over the config's",
         dry_run="print every job that would be submitted, with its resources and sbatch options; run nothing (needs "
                 "no Slurm)",
-        detach="on Ctrl-C or SIGTERM, leave the submitted jobs running (default: cancel them); the next run of the "
-               "same command waits for them and collects their results")
+        detach="slurm: submit every step that is not done at once, each job waiting in the queue for its "
+               "dependencies' jobs (--dependency=afterok), and exit: the cluster runs the study without the driver "
+               "(--list shows where it stands); submitit-local: on Ctrl-C or SIGTERM leave the jobs running (default: "
+               "cancel them)")
     add_verbose_argument(p)
     args = p.parse_args(argv)
     return run(lambda: _study(args, argv))
@@ -66,21 +68,30 @@ def _study(args, argv) -> int:
     steps = build_plan(cfg, out / "results", args.data_dir)
     cluster = cfg.cluster.over(read_cluster_file(args.cluster)) if args.cluster else cfg.cluster
     if args.launcher != "local" or args.dry_run:
-        check_resource_keys(cluster, steps, args.cluster or str(cfg.source))
+        check_resources(cluster, steps, args.cluster or str(cfg.source))
     launcher = JobLauncher(out, args.launcher, cluster, args.detach) if args.launcher != "local" else None
     runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, launcher=launcher,
                     reuse=tuple(map(Path, args.reuse)))
     if args.dry_run:
-        for line in dry_run(steps, runner, cluster):
+        for line in dry_run(steps, runner, cluster, detach=args.detach and args.launcher == "slurm"):
             print(line)
         return 0
     if args.list:
         states = runner.states(steps)
+        jobs = job_notes(out, [s for s in steps if states[s.name] != "done"])
         for step in steps:
             state = states[step.name]
             note = progress_note(out / "work" / step.name) if state == "begun" else ""
-            print(f"{state:6}  {step.name}" + (f"  ({note})" if note else "")
-                  + ("" if state == "done" else submitted_note(out, step)))
+            print(f"{state:6}  {step.name}" + (f"  ({note})" if note else "") + jobs.get(step.name, ""))
+        return 0
+    if args.detach and args.launcher == "slurm":  # the jobs chained in Slurm's queue; the driver's work is done
+        lines, failures = launcher.submit_plan(runner, needed(steps, args.only) if args.only else steps)
+        for line in lines + failures:
+            print(line)
+        print(f"{len(lines)} job(s) in the queue; python -m nat_kd.study ... --list shows where they stand")
+        if failures:
+            print(f"error: {len(failures)} step(s) not submitted: {failures[0]}", file=sys.stderr)
+            return 2
         return 0
     try:
         with sigterm_as_interrupt() if launcher else nullcontext():

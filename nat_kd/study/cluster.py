@@ -3,8 +3,12 @@ Runner hands its ready steps to.
 
 Each step becomes one submitit job running ``steps.execute``: the same function the local runner calls,
 which writes the step record itself. So ``steps/NAME.json`` stays the one record of a finished step
-whichever way it ran, and a job left running by a stopped driver (``--detach``) is found again by the next
-run: through the job's marker ``jobs/NAME/submitted.json`` while it runs, through its record once it is done.
+whichever way it ran, and a job left running by a stopped driver is found again by the next run: through the
+job's marker ``jobs/NAME/submitted.json`` while it runs, through its record once it is done.
+
+With ``--detach`` on Slurm the driver does not wait: it submits every step that is not done at once, each
+job held in Slurm's queue until its dependencies' jobs have succeeded (``--dependency=afterok``), and exits;
+each job then reads its dependencies' records itself (``StepJob`` without a fingerprint).
 """
 from __future__ import annotations
 
@@ -15,10 +19,11 @@ from pathlib import Path
 
 import submitit
 
-from nat_kd.launch import (ClusterConfig, Resources, Submitted, job_failure, make_executor, sbatch_lines,
-                           sbatch_script, still_running, tail, wait_for)
+from nat_kd.hashing import sha256_json
+from nat_kd.launch import (ClusterConfig, LaunchError, Resources, Submitted, check_job, job_failure, make_executor,
+                           sbatch_lines, sbatch_script, still_running, submission, tail, wait_for)
 
-from .steps import Step, StepError, execute
+from .steps import Runner, Step, StepError, execute
 
 logger = logging.getLogger("nat_kd.study")
 
@@ -26,26 +31,40 @@ logger = logging.getLogger("nat_kd.study")
 # for the paper profile on one GPU per model job (docs/study.md, "On a cluster": where the hours come from).
 STEP_RESOURCES = {
     "prepare": Resources(gpus=0, cpus=4, mem_gb=16, hours=4),  # sentencepiece and binarizing, CPU only
-    "train": Resources(gpus=1, cpus=8, mem_gb=32, hours=72),  # fairseq-train, then decoding valid and test
+    # fairseq-train, then decoding valid and test; a checkpoint every 2,000 updates (about half an hour of a
+    # base model on one GPU, a tenth of a WMT14 epoch) is what a requeued job does again at most
+    "train": Resources(gpus=1, cpus=8, mem_gb=32, hours=72, save_updates=2000),
     "distil": Resources(gpus=1, cpus=8, mem_gb=32, hours=24),  # one teacher decoding the training set
     "analysis": Resources(gpus=0, cpus=2, mem_gb=32, hours=24),  # fast_align-style tables over every set
     "modes": Resources(gpus=0, cpus=2, mem_gb=16, hours=2),  # unigram language models and a few test sets
 }
 
 
+# what each kind's work does with the [resources] keys beyond the scheduler's (launch.check_job)
+TAKES = {"train": ("fp16", "save_updates"), "distil": ("fp16",)}
+
+
 def step_resources(cluster: ClusterConfig, step: Step) -> Resources:
     return cluster.resources_for(STEP_RESOURCES, step.kind, step.name)
 
 
-def check_resource_keys(cluster: ClusterConfig, steps: list[Step], where: str) -> None:
-    """Every [resources.X] names a step kind or a step of the plan (a typo would silently keep a default)."""
+def check_resources(cluster: ClusterConfig, steps: list[Step], where: str) -> None:
+    """Every [resources.X] names a step kind or a step of the plan (a typo would silently keep a default), and
+    what each step asks for fits together; before anything is submitted."""
     known = set(STEP_RESOURCES) | {s.kind for s in steps} | {s.name for s in steps}
     unknown = sorted(set(cluster.resources) - known)
     if unknown:
-        from .config import ConfigError
-
-        raise ConfigError(f"{where}: [resources.{unknown[0]}] is neither a step kind ({', '.join(STEP_RESOURCES)}) "
+        raise LaunchError(f"{where}: [resources.{unknown[0]}] is neither a step kind ({', '.join(STEP_RESOURCES)}) "
                           "nor a step of this study (python -m nat_kd.study CONFIG --list names them)")
+    for step in steps:
+        check_job(step_resources(cluster, step), f"{where}: step {step.name} ([resources.{step.kind}])",
+                  TAKES.get(step.kind, ()))
+
+
+def plan_key(step: Step) -> str:
+    """What a job submitted by --detach computes, known before its dependencies have run: the step's kind,
+    settings and dependencies (its fingerprint also hashes their outputs)."""
+    return sha256_json({"kind": step.kind, "settings": step.settings, "deps": step.deps})
 
 
 class StepJob(submitit.helpers.Checkpointable):
@@ -55,11 +74,21 @@ class StepJob(submitit.helpers.Checkpointable):
     same call, up to 3 times; the step then runs again in its kept work folder, so a fairseq-train continues
     from its last checkpoint (a 300k-update training can outlast a partition's time limit)."""
 
-    def __call__(self, root: str, step: Step, fingerprint: str, results: dict, resources: Resources, launcher: str,
-                 max_jobs: int) -> dict:
+    def __call__(self, root: str, step: Step, fingerprint: str | None, results: dict | None, resources: Resources,
+                 launcher: str, max_jobs: int, deps: list[Step] = ()) -> dict:
         job_id = submitit.JobEnvironment().job_id
-        return execute(Path(root), step, fingerprint, results, jobs=max_jobs, threads=resources.cpus,
-                       gpus=resources.gpus,
+        if fingerprint is None:  # submitted by --detach before its dependencies ran: their records say now
+            runner = Runner(Path(root))
+            records = runner.records(deps)
+            missing = [d.name for d in deps if d.name not in records]
+            if missing:
+                raise StepError(f"step {step.name}: its dependencies {', '.join(missing)} have no record in "
+                                f"{root}/steps: rerun the study's command to submit them again")
+            fingerprint, done = runner.current(step, records)
+            if done is not None:  # done meanwhile (another run of the study)
+                return done
+            results = {name: record["result"] for name, record in records.items()}
+        return execute(Path(root), step, fingerprint, results, jobs=max_jobs, threads=resources.cpus, job=resources,
                        extra={"launcher": {"launcher": launcher, "job_id": job_id, "resources": asdict(resources)}})
 
 
@@ -83,20 +112,20 @@ class JobLauncher:
         """Submit ``step`` (or find the job an earlier run left running on it), wait for it; returns its
         record or raises StepError with its log's tail and its job id."""
         marker = self.folder(step) / "submitted.json"
-        previous = Submitted.read(marker)
-        job = None
-        if previous is not None and previous.key == fingerprint and previous.launcher == self.launcher:
-            found = previous.job()
-            if still_running(found, self.launcher):
-                logger.info("%s: %s job %s from an earlier run is still running; waiting for it", step.name,
-                            self.launcher, found.job_id)
-                job = found
-        if job is None:
+        job = self._queued(step, fingerprint)
+        if job is not None:
+            logger.info("%s: %s job %s from an earlier run is still running; waiting for it", step.name,
+                        self.launcher, job.job_id)
+        else:
             resources = step_resources(self.cluster, step)
             executor = make_executor(self.launcher, self.folder(step), resources, self.settings, f"nat_kd.{step.name}")
             results = {n: r["result"] for n, r in records.items()}
-            job = executor.submit(StepJob(), str(self.root), step, fingerprint, results, resources,
-                                  self.launcher, self.max_jobs)
+            try:
+                with submission():
+                    job = executor.submit(StepJob(), str(self.root), step, fingerprint, results, resources,
+                                          self.launcher, self.max_jobs)
+            except LaunchError as err:  # this step fails; the jobs running go on (Runner.run collects them)
+                raise StepError(f"step {step.name} failed: {err}") from None
             Submitted(self.launcher, str(job.job_id), str(self.folder(step)), fingerprint).write(marker)
             logger.info("%s: submitted %s job %s (%s)", step.name, self.launcher, job.job_id, resources.describe())
         with self._lock:
@@ -114,6 +143,52 @@ class JobLauncher:
         finally:
             with self._lock:
                 self._jobs.pop(step.name, None)
+
+    def _queued(self, step: Step, fingerprint: str | None = None):
+        """The job an earlier run submitted for ``step`` (on these inputs, or by --detach) if it is still queued
+        or running, else None."""
+        previous = Submitted.read(self.folder(step) / "submitted.json")
+        if previous is None or previous.launcher != self.launcher or previous.key not in (fingerprint, plan_key(step)):
+            return None
+        job = previous.job()
+        return job if still_running(job, self.launcher) else None
+
+    def submit_plan(self, runner: Runner, steps: list[Step]) -> tuple[list[str], list[str]]:
+        """--detach: every step that is not done as a job at once, each held in Slurm's queue until the jobs of
+        its dependencies have succeeded (afterok; a job whose dependency failed is removed from the queue), so
+        the cluster runs the plan without the driver. A step already in the queue keeps its job. Returns a line
+        a job and the failures (a refused submission, and the steps that would have waited on it)."""
+        states = runner.states(steps)
+        by_name, ids, lines, failures = {s.name: s for s in steps}, {}, [], []
+        for step in steps:
+            if states[step.name] == "done":
+                continue
+            unsubmitted = [d for d in step.deps if states[d] != "done" and d not in ids]
+            if unsubmitted:
+                failures.append(f"step {step.name} not submitted: it needs {', '.join(unsubmitted)}")
+                continue
+            after = tuple(ids[d] for d in step.deps if d in ids)
+            job = self._queued(step)
+            if job is not None:
+                ids[step.name] = str(job.job_id)
+                lines.append(f"{step.name}: {self.launcher} job {job.job_id} already in the queue")
+                continue
+            resources = step_resources(self.cluster, step)
+            executor = make_executor(self.launcher, self.folder(step), resources, self.settings,
+                                     f"nat_kd.{step.name}", after)
+            try:
+                with submission():
+                    job = executor.submit(StepJob(), str(self.root), step, None, None, resources, self.launcher,
+                                          self.max_jobs, [by_name[d] for d in step.deps])
+            except LaunchError as err:
+                failures.append(f"step {step.name} failed: {err}")
+                continue
+            ids[step.name] = str(job.job_id)
+            Submitted(self.launcher, str(job.job_id), str(self.folder(step)), plan_key(step)).write(
+                self.folder(step) / "submitted.json")
+            lines.append(f"{step.name}: submitted {self.launcher} job {job.job_id}"
+                         + (f" after job(s) {', '.join(after)}" if after else "") + f" ({resources.describe()})")
+        return lines, failures
 
     def __enter__(self):
         return self
@@ -137,24 +212,26 @@ class JobLauncher:
                     logger.warning("%s: could not cancel job %s: %s", name, job.job_id, err)
 
 
-def submitted_note(root: Path, step: Step) -> str:
-    """For --list: the job a run submitted for a step that is not done (running, or left by a stopped
-    driver); empty if none."""
-    job = Submitted.read(Path(root) / "jobs" / step.name / "submitted.json")
-    return f"  ({job.launcher} job {job.job_id} submitted)" if job else ""
+def job_notes(root: Path, steps: list[Step]) -> dict[str, str]:
+    """For --list: the job a run submitted for each of ``steps`` (not done: queued, running, or ended without
+    its record), with its state read back from Slurm (sacct) now; a step without one has none."""
+    submitted = {s.name: job for s in steps if (job := Submitted.read(Path(root) / "jobs" / s.name / "submitted.json"))}
+    jobs = {name: job.job() for name, job in submitted.items()}  # made first: one sacct call asks about them all
+    return {name: f"  ({job.launcher} job {job.job_id} {job.state(jobs[name])})" for name, job in submitted.items()}
 
 
-def dry_run(steps: list[Step], runner, cluster: ClusterConfig) -> list[str]:
-    """Every step that would be submitted (not done yet), with its resources and sbatch options."""
+def dry_run(steps: list[Step], runner, cluster: ClusterConfig, detach: bool = False) -> list[str]:
+    """Every step that would be submitted (not done yet), with its resources, sbatch options and setup lines;
+    with ``detach``, each job's dependency on the jobs of its dependencies (their step names in place of the
+    job ids Slurm gives them)."""
     lines = []
-    for step, status in zip(steps, runner.status(steps)):
-        if status.startswith("done"):
-            continue
+    pending = [step.name for step, status in zip(steps, runner.status(steps)) if not status.startswith("done")]
+    for step in [s for s in steps if s.name in pending]:
         resources = step_resources(cluster, step)
         after = f" after {', '.join(step.deps)}" if step.deps else ""
         lines.append(f"{step.name}  [{step.kind}: {resources.describe()}]{after}")
-        script = sbatch_script(resources, cluster.launcher, f"nat_kd.{step.name}",
-                               runner.root / "jobs" / step.name)
-        lines += [f"    {line}" for line in sbatch_lines(script) if not line.startswith(("#SBATCH --output",
-                                                                                           "#SBATCH --error"))]
+        waits = tuple(d for d in step.deps if d in pending) if detach else ()
+        script = sbatch_script(resources, cluster.launcher, f"nat_kd.{step.name}", runner.root / "jobs" / step.name,
+                               after=waits)
+        lines += [f"    {line}" for line in sbatch_lines(script)]
     return lines

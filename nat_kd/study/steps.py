@@ -24,6 +24,7 @@ from typing import Callable
 from nat_kd import atomic
 from nat_kd.errors import NatKdError
 from nat_kd.hashing import sha256_files, sha256_json
+from nat_kd.launch import Resources
 
 logger = logging.getLogger("nat_kd.study")
 # Bump when a change to the steps' code makes old results invalid.
@@ -65,7 +66,21 @@ class StepContext:
     log: Path  # its log file (fairseq's output goes here)
     results: dict  # name -> result of every finished step (its dependencies included)
     threads: int
-    gpus: int = 0  # the GPUs a cluster job was given (0: fairseq uses what it sees, as on one machine)
+    job: Resources | None = None  # what a cluster job was given (None: a local run)
+
+    @property
+    def gpus(self) -> int:
+        """The cluster job's GPUs (0: fairseq uses what it sees, as on one machine)."""
+        return self.job.gpus if self.job else 0
+
+    @property
+    def fp16(self) -> bool:
+        return bool(self.job and self.job.fp16)
+
+    @property
+    def save_updates(self) -> int:
+        """fairseq-train's --save-interval-updates (0: its checkpoint at each epoch's end only)."""
+        return self.job.save_updates if self.job else 0
 
 
 FINGERPRINT = ".fingerprint"  # in a step's work folder: the inputs it was begun with
@@ -115,8 +130,8 @@ def begun_with(work: Path, fingerprint: str) -> bool:
     return marker.is_file() and marker.read_text() == fingerprint
 
 
-def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: int, threads: int, gpus: int = 0,
-            extra: dict | None = None) -> dict:
+def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: int, threads: int,
+            job: Resources | None = None, extra: dict | None = None) -> dict:
     """Run one step in ``root``'s work/NAME and write its record steps/NAME.json; returns the record.
 
     A module-level function of picklable arguments: the driver runs it in a thread, a cluster job
@@ -130,7 +145,7 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
     work.mkdir(parents=True, exist_ok=True)
     (work / FINGERPRINT).write_text(fingerprint)
     log = root / "logs" / f"{step.name}.log"
-    context = StepContext(step, work, log, results, threads, gpus)
+    context = StepContext(step, work, log, results, threads, job)
     try:
         with StepClock(work) as clock:
             result = step.run(context)
@@ -187,6 +202,12 @@ class Runner:
         return sha256_json({"version": STEP_VERSION, "kind": step.kind, "settings": step.settings,
                             "upstream": upstream})
 
+    def current(self, step: Step, records: dict) -> tuple[str, dict | None]:
+        """The step's fingerprint on its dependencies' ``records``, and its record if that is up to date."""
+        fingerprint = self.fingerprint(step, records)
+        record = self._record(step.name, fingerprint)
+        return fingerprint, record if self._up_to_date(record, fingerprint) else None
+
     def _up_to_date(self, record: dict | None, fingerprint: str) -> bool:
         return (record is not None and record.get("fingerprint") == fingerprint
                 and all(Path(p).exists() for p in record["result"].get("outputs", []))
@@ -213,9 +234,8 @@ class Runner:
                 while skipped and not failure:  # mark everything up to date first, however deep
                     skipped = False
                     for step in [s for s in pending.values() if all(d in records for d in s.deps)]:
-                        fingerprint = self.fingerprint(step, records)
-                        record = self._record(step.name, fingerprint)
-                        if self._up_to_date(record, fingerprint):
+                        record = self.current(step, records)[1]
+                        if record is not None:
                             records[step.name] = record
                             self.skipped.append(step.name)
                             del pending[step.name]
@@ -256,9 +276,8 @@ class Runner:
         records, states = {}, {}
         for step in steps:
             ready = all(d in records for d in step.deps)
-            fingerprint = self.fingerprint(step, records) if ready else None
-            record = self._record(step.name, fingerprint)
-            if ready and self._up_to_date(record, fingerprint):
+            fingerprint, record = self.current(step, records) if ready else (None, None)
+            if record is not None:
                 records[step.name] = record
                 states[step.name] = "done"
             else:
