@@ -2,18 +2,22 @@
 
 Shard k is ``distill`` with ``--shard-id k``, run by a submitit job; the N jobs go out as one array. Each
 saves its chunks as it decodes (progress.py), and the shard that finishes last merges, as when the user
-starts the shards by hand. The driver waits for the array; a shard that died is resubmitted (up to
-[launcher] max_retries times) and resumes from its saved chunks. Should no shard have merged (all were done
-before this run), one more job merges; should the set be complete already (a rerun), the driver checks it
-(loading the teacher once) and submits nothing. While the jobs run their ids are in
-``OUT.jobs/submitted.json``, so a rerun of the same command after the driver was stopped with ``--detach``
-waits on them instead of submitting them again.
+starts the shards by hand. Before submitting anything the driver loads the teacher and the corpus and checks
+the settings and the output folder as each shard would (a bad input is refused here, once, instead of in
+every job). It then waits for the array (at most [launcher] max_jobs shards run at once); a shard killed from
+outside its work (preempted, its node failed, its time limit) is resubmitted, up to [launcher] max_retries
+times, and resumes from its saved chunks; a shard's own error is reported, never retried, and the other
+shards run to their end. Should no shard have merged (all were done before this run), one more job merges,
+on a CPU ([resources.merge]); should the set be complete already (a rerun), the driver submits nothing. While
+the jobs run their ids are in ``OUT.jobs/shard-K.submitted.json``, so a rerun of the same command after the
+driver was stopped with ``--detach`` waits on them instead of submitting them again.
 """
 from __future__ import annotations
 
 import json
 import logging
 import sys
+import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -22,15 +26,19 @@ import submitit
 
 from nat_kd.artifacts import DistilledSet
 from nat_kd.hashing import sha256_json
-from nat_kd.launch import (ClusterConfig, LaunchError, Resources, Submitted, add_launcher_arguments, job_failure,
-                           make_executor, read_cluster_file, sbatch_lines, sbatch_script, sigterm_as_interrupt,
-                           still_running, tail)
+from nat_kd.errors import SettingsError
+from nat_kd.launch import (ClusterConfig, LaunchError, Resources, Submitted, add_launcher_arguments, check_job,
+                           job_failure, make_executor, outside_cause, read_cluster_file, sbatch_lines, sbatch_script,
+                           sigterm_as_interrupt, still_running, submission, tail)
 
 from .progress import ChunkStore, shard_chunks
 
 logger = logging.getLogger("nat_kd.generate_distilled")
-# a shard of a teacher decoding its part of the corpus (the [resources.distil] table changes it)
-SHARD_RESOURCES = {"distil": Resources(gpus=1, cpus=8, mem_gb=32, hours=24)}
+# a shard of a teacher decoding its part of the corpus, and the merge of the shards' chunks when no shard merged
+# (reading the chunks, binarizing: CPU work of minutes); the [resources.distil] and [resources.merge] tables
+# change them
+SHARD_RESOURCES = {"distil": Resources(gpus=1, cpus=8, mem_gb=32, hours=24),
+                   "merge": Resources(gpus=0, cpus=4, mem_gb=32, hours=2)}
 
 
 def add_arguments(parser) -> None:
@@ -38,8 +46,8 @@ def add_arguments(parser) -> None:
         parser, "docs/generate_distilled.md",
         launcher="local (default): decode here; slurm: the --num-shards shards as one Slurm job array (submitit), "
                  "merged when the last ends; submitit-local: the same jobs as processes here",
-        cluster="[launcher] (partition, account, max_retries, ...) and [resources.distil] (gpus, cpus, mem_gb, "
-                "hours) of each shard's job",
+        cluster="[launcher] (partition, account, max_jobs, max_retries, ...), [resources.distil] (gpus, gpu_type, "
+                "cpus, mem_gb, hours, sbatch) of each shard's job and [resources.merge] of the merge job",
         dry_run="print the job array that would be submitted, with its sbatch options; run nothing",
         detach="on Ctrl-C or SIGTERM, leave the shards' jobs running (default: cancel them); the last one merges, "
                "and rerunning the command waits for them")
@@ -70,17 +78,24 @@ class ShardLauncher:
         self.num_shards = cfg.num_shards or 1
         self.out = Path(cfg.out_dir)
         self.folder = self.out.with_name(self.out.name + ".jobs")
+        self.name, self.merge_name = f"nat_kd.distil.{self.out.name}", f"nat_kd.merge.{self.out.name}"
         self.resources = cluster.resources_for(SHARD_RESOURCES, "distil")
-        self.name = f"nat_kd.distil.{self.out.name}"
+        self.merge_resources = cluster.resources_for(SHARD_RESOURCES, "merge")
+        for kind, resources in (("distil", self.resources), ("merge", self.merge_resources)):
+            # the generator's own options say how it decodes (--fp16, --compute-type): no [resources] key does
+            check_job(resources, f"{self.name} [resources.{kind}]")
+        if cfg.fp16 and not self.resources.gpus:
+            raise SettingsError("--fp16 runs the teacher in half precision on a GPU: set [resources.distil] gpus = 1")
         # what the jobs compute: a marker left by another command is not waited on
         self.key = sha256_json({k: v for k, v in asdict(cfg).items() if k not in ("shard_id", "progress_bar")})
 
     def dry_run(self) -> list[str]:
         script = sbatch_script(self.resources, self.cluster.launcher, self.name, self.folder, array=self.num_shards)
+        merge_script = sbatch_script(self.merge_resources, self.cluster.launcher, self.merge_name, self.folder)
         return ([f"{self.name}: an array of {self.num_shards} shard job(s) [{self.resources.describe()} each], "
-                 "the last to finish merges"]
-                + [f"    {line}" for line in sbatch_lines(script)
-                   if not line.startswith(("#SBATCH --output", "#SBATCH --error"))])
+                 "the last to finish merges"] + [f"    {line}" for line in sbatch_lines(script)]
+                + [f"{self.merge_name}: only if no shard merged (all were done before) [{self.merge_resources.describe()}]"]
+                + [f"    {line}" for line in sbatch_lines(merge_script)])
 
     def _marker(self, shard: int) -> Path:
         return self.folder / f"shard-{shard}.submitted.json"
@@ -97,20 +112,31 @@ class ShardLauncher:
     def _executor(self):
         return make_executor(self.launcher, self.folder, self.resources, self.cluster.launcher, self.name)
 
-    def _complete(self) -> bool:
-        """The folder holds a set made with this teacher, corpus and settings (a rerun of a finished command).
-        Checked here, which loads the teacher on this machine, only when the folder holds a finished set."""
-        out = DistilledSet(self.out)
-        if out.meta() is None:
-            return False
-        from .pipeline import already_done
-        from .workers import Session
+    def _check(self) -> bool:
+        """What each shard would refuse at its start, refused here before anything is submitted: the settings,
+        the teacher (loaded on this machine), the corpus (its data folder and split), the batch size and the
+        output folder; True if that folder holds this very set already (a rerun of a finished command)."""
+        from .pipeline import already_done, check_out_dir, open_session
 
-        return already_done(out, Session(self.cfg).fingerprint()) is not None
+        # the backend's own check is about the decoding device (a GPU's compute types): here only for CPU shards
+        session = open_session(self.cfg, "cpu", check_backend=not self.resources.gpus)
+        session.batches()  # --max-tokens against the longest sentence
+        out = DistilledSet(self.out)
+        if already_done(out, session.fingerprint()) is not None:
+            return True
+        check_out_dir(out)
+        try:  # the shards' progress, the jobs' files and the set are all written beside --out
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=self.out.parent).close()
+        except OSError as err:
+            raise SettingsError(f"--out {self.out}: cannot write in {self.out.parent} ({err.strerror}); choose a "
+                                "folder that this machine and the jobs can write") from None
+        return False
 
     def run(self) -> bool:
-        """Decode every shard as jobs (resubmitting those that die), merged; True once the set is complete."""
-        if self._complete():
+        """Decode every shard as jobs (resubmitting those killed from outside), merged; True once the set is
+        complete. A shard that fails for good is reported once the others have ended."""
+        if self._check():
             logger.info("%s is already complete (same teacher, corpus and settings): nothing to submit", self.out)
             return True
         jobs, to_submit = {}, []
@@ -127,14 +153,15 @@ class ShardLauncher:
                 to_submit.append(shard)
         if to_submit:
             executor = self._executor()
-            submitted = executor.map_array(ShardJob(), [self.cfg] * len(to_submit), to_submit,
-                                           [self.num_shards] * len(to_submit))
+            with submission():
+                submitted = executor.map_array(ShardJob(), [self.cfg] * len(to_submit), to_submit,
+                                               [self.num_shards] * len(to_submit))
             for shard, job in zip(to_submit, submitted):
                 self._submitted(shard, job)
                 jobs[shard] = job
             logger.info("submitted shards %s as %s job(s) %s (%s each)", to_submit, self.launcher,
                         ", ".join(str(j.job_id) for j in submitted), self.resources.describe())
-        retries, merged = dict.fromkeys(range(self.num_shards), 0), False
+        retries, merged, failures = dict.fromkeys(range(self.num_shards), 0), False, []
         try:
             while jobs:
                 for shard, job in list(jobs.items()):
@@ -146,14 +173,21 @@ class ShardLauncher:
                         self._marker(shard).unlink(missing_ok=True)
                     except Exception as err:  # noqa: BLE001 - the shard's error, or the scheduler's
                         failure = job_failure(job, self.launcher, err) + tail(job.paths.stderr)
-                        if retries[shard] >= self.cluster.launcher.max_retries:
-                            raise LaunchError(f"shard {shard} of {self.out} failed {retries[shard] + 1} time(s); "
-                                              f"the last: {failure}") from None
+                        cause = outside_cause(job, err)  # a job's own error would fail again: never retried
+                        if cause is None or retries[shard] >= self.cluster.launcher.max_retries:
+                            failures.append(f"shard {shard} of {self.out} failed {retries[shard] + 1} time(s); the "
+                                            f"last: {failure}")
+                            continue
                         retries[shard] += 1
-                        logger.warning("shard %d failed (%s); resubmitting it (retry %d of %d), it resumes from its "
-                                       "saved chunks", shard, failure.splitlines()[0], retries[shard],
+                        logger.warning("shard %d was stopped from outside (%s); resubmitting it (retry %d of %d), it "
+                                       "resumes from its saved chunks", shard, cause, retries[shard],
                                        self.cluster.launcher.max_retries)
-                        job = self._executor().submit(ShardJob(), self.cfg, shard, self.num_shards)
+                        try:
+                            with submission():
+                                job = self._executor().submit(ShardJob(), self.cfg, shard, self.num_shards)
+                        except LaunchError as refused:
+                            failures.append(f"shard {shard} of {self.out}: resubmitting it failed: {refused}")
+                            continue
                         self._submitted(shard, job)
                         jobs[shard] = job
                 if jobs:
@@ -166,8 +200,13 @@ class ShardLauncher:
                     logger.info("shard %d: cancelling %s job %s", shard, self.launcher, job.job_id)
                     job.cancel(check=False)
             raise
+        if failures:  # the other shards have ended: their chunks are saved for the next run
+            raise LaunchError("\n".join(failures))
         if not merged:  # every shard was done before this run, or the last ones raced: merge in one more job
-            job = self._executor().submit(merge, self.cfg)
+            executor = make_executor(self.launcher, self.folder, self.merge_resources, self.cluster.launcher,
+                                     self.merge_name)
+            with submission():
+                job = executor.submit(merge, self.cfg)
             logger.info("merging in %s job %s", self.launcher, job.job_id)
             try:
                 merged = job.result()

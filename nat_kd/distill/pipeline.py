@@ -119,18 +119,35 @@ def already_done(out: DistilledSet, fingerprint: dict) -> dict | None:
     return meta if meta is not None and meta.get("fingerprint") == fingerprint else None
 
 
+def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) -> Session:
+    """The teacher and the corpus loaded, and every setting checked that can be before decoding: what each run
+    refuses first, and a cluster driver before it submits its jobs (``check_backend`` False: on a machine
+    without the jobs' GPU, which the backend's check is about)."""
+    cfg.check()
+    session = Session(cfg, device)
+    if check_backend:
+        backend_class(cfg.backend).check(session.backend_settings, session.teacher)
+    check_references(session)
+    return session
+
+
+def check_out_dir(out: DistilledSet) -> None:
+    """Refuse an output folder that holds something other than a distilled set: writing the set replaces it."""
+    if out.root.exists() and any(out.root.iterdir()) and not out.meta_file.is_file():
+        raise SettingsError(f"{out.root} exists and is not a distilled corpus (no meta.json); it would be replaced: "
+                            "choose another --out or delete it")
+
+
 def distill(cfg: DistillConfig) -> DistillResult:
     started = time.perf_counter()
-    cfg.check()
     device = choose_device(cfg)
-    if cfg.fp16 and device == "cpu":
+    # a merge decodes no shard (a cluster's merge job runs on a CPU): the decoding device's checks are the shards'
+    if cfg.fp16 and device == "cpu" and not cfg.merge_only:
         raise SettingsError("--fp16 runs the teacher in half precision on a GPU: add --device cuda")
     workers, threads = parallelism(cfg, device)
     num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
-    session = Session(cfg, device)
+    session = open_session(cfg, device, check_backend=not cfg.merge_only)
     backend = backend_class(cfg.backend)
-    backend.check(session.backend_settings, session.teacher)
-    check_references(session)
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
     fingerprint = session.fingerprint()
@@ -138,9 +155,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     if done is not None:
         logger.info("%s is already complete (same teacher, corpus and settings): nothing to do", out_dir)
         return DistillResult(out_dir, True, done)
-    if out_dir.exists() and any(out_dir.iterdir()) and not out.meta_file.is_file():
-        raise SettingsError(f"{out_dir} exists and is not a distilled corpus (no meta.json); it would be replaced: "
-                            "choose another --out or delete it")
+    check_out_dir(out)
     store = ChunkStore(out.progress_dir)
     chunks = store.open_plan(fingerprint, plan_chunks(session.batches(), cfg.chunk_sentences))
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
