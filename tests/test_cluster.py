@@ -165,9 +165,9 @@ def test_a_detached_job_runs_on_and_the_next_run_collects_it(tmp_path):
     root = tmp_path / "study"
     job_pid, output = _driver_killed_while_its_job_runs(root, detach=True)
     assert "left running (--detach)" in output and _alive(job_pid)
-    from nat_kd.study.cluster import submitted_note
+    from nat_kd.study.cluster import job_notes
 
-    assert submitted_note(root, _slow_plan(root)[0]) == f"  (submitit-local job {job_pid} submitted)"  # --list
+    assert job_notes(root, _slow_plan(root)) == {"slow": f"  (submitit-local job {job_pid} RUNNING)"}  # --list
     (root / "go").touch()  # the job finishes after its driver has gone
     runner = Runner(root, launcher=JobLauncher(root, "submitit-local", FAST))
     records = runner.run(_slow_plan(root))
@@ -175,17 +175,70 @@ def test_a_detached_job_runs_on_and_the_next_run_collects_it(tmp_path):
     assert (root / "starts.txt").read_text() == "slow\n"  # waited for or found done, never submitted again
 
 
+def test_a_refused_submission_fails_its_step_while_the_running_jobs_finish_and_are_collected(tmp_path, monkeypatch):
+    """sbatch refusing one job (a time limit above the partition's) fails that step with sbatch's message; the
+    job already running is not cancelled: it ends, its record is collected, and then the run fails."""
+    import threading
+    from functools import partial
+
+    import submitit
+
+    root = tmp_path / "study"
+    refused = root / "refused"
+    plan = [Step("slow", "test", {}, partial(_wait_for_file, deps=[], value="s", flag=str(root / "go"))),
+            Step("bad", "test", {}, partial(_write, deps=[], value="b"))]
+
+    def submit(executor, function, *args):
+        if args[1].name != "bad":
+            return real(executor, function, *args)
+        from submitit.core.utils import FailedJobError
+
+        while not (root / "starts.txt").exists():  # refused while the other job runs
+            time.sleep(0.1)
+        refused.touch()
+        raise FailedJobError("sbatch: error: Batch job submission failed: Requested time limit is invalid "
+                             "(missing or exceeds some limit)")
+
+    real = submitit.AutoExecutor.submit
+    monkeypatch.setattr(submitit.AutoExecutor, "submit", submit)
+    failure = []
+
+    def drive():
+        try:
+            Runner(root, launcher=JobLauncher(root, "submitit-local", FAST)).run(plan)
+        except StepError as err:
+            failure.append(str(err))
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    deadline = time.time() + 120
+    while not refused.exists():
+        assert time.time() < deadline and driver.is_alive()
+        time.sleep(0.1)
+    time.sleep(1)  # the refusal has reached the runner: the job still runs
+    slow_pid = int(json.loads((root / "jobs" / "slow" / "submitted.json").read_text())["job_id"])
+    assert _alive(slow_pid), "the running job was cancelled"
+    (root / "go").touch()
+    driver.join(120)
+    assert failure == ["step bad failed: the job could not be submitted: sbatch: error: Batch job submission failed: "
+                       "Requested time limit is invalid (missing or exceeds some limit)"]
+    assert json.loads((root / "steps" / "slow.json").read_text())["result"]["text"] == "s"  # collected
+    assert Runner(root).states(plan) == {"slow": "done", "bad": "to run"}
+
+
 # ------------------------------------------------------------------ settings and dry runs
 
 
 def test_resources_come_from_the_kind_then_the_kind_table_then_the_step_table(tmp_path):
+    from dataclasses import replace
+
     from nat_kd.study.cluster import STEP_RESOURCES, step_resources
 
     cluster = cluster_config({"resources": {"train": {"gpus": 4, "hours": 100}, "teacher.big": {"mem_gb": 64}}})
     train = STEP_RESOURCES["train"]
     step = lambda name, kind: Step(name, kind, {}, None)  # noqa: E731
-    assert step_resources(cluster, step("teacher.big", "train")) == Resources(4, train.cpus, 64, 100)
-    assert step_resources(cluster, step("teacher.base", "train")) == Resources(4, train.cpus, train.mem_gb, 100)
+    assert step_resources(cluster, step("teacher.big", "train")) == replace(train, gpus=4, mem_gb=64, hours=100)
+    assert step_resources(cluster, step("teacher.base", "train")) == replace(train, gpus=4, hours=100)
     assert step_resources(cluster, step("analysis", "analysis")) == STEP_RESOURCES["analysis"]
 
 
@@ -219,7 +272,7 @@ def test_paper_dry_run_prints_every_job_with_its_sbatch_options(tmp_path, capsys
     heads = [line for line in out.splitlines() if not line.startswith(" ")]
     assert [h.split()[0] for h in heads] == [s.name for s in steps]  # every step, in plan order
     big = out.split("teacher.big  ", 1)[1].split("\n", 1)[0]
-    assert big == "[train: 4 GPU, 8 CPU, 32 GB, 100 h] after prepare"
+    assert big == "[train: 4 GPU, 8 CPU, 32 GB, 100 h, saved every 2000 updates] after prepare"
     block = out.split("teacher.big  ", 1)[1].split("\n" + "distil.big.beam", 1)[0]
     for option in ["--gpus-per-node=4", "--time=6000", "--partition=gpu", "--account=nmt", "--mem=32GB",
                    "--cpus-per-task=8", "--job-name=nat_kd.teacher.big"]:
@@ -390,18 +443,58 @@ def test_shards_as_a_job_array_give_the_unsharded_set_and_resume_from_saved_chun
     assert len(list((tmp_path / "resumed.jobs").glob("*_submitted.pkl"))) == 1
 
 
-def test_a_shard_that_keeps_failing_is_resubmitted_then_reported_with_its_log(micro_local, tmp_path, capsys):
+def test_bad_inputs_are_refused_before_any_job_is_submitted(micro_local, tmp_path, capsys):
+    """What every shard would refuse at its start is refused by the driver, once, in one line: no job is
+    submitted, none is resubmitted."""
     cluster = tmp_path / "cluster.toml"
     cluster.write_text("[launcher]\npoll_seconds = 0.2\nmax_retries = 1\n[resources.distil]\ngpus = 0\ncpus = 1\n")
-    out = tmp_path / "bad"
-    # a batch smaller than the longest sentence: every try of the shard fails the same way, in its job
-    assert _generate(micro_local, out, "--num-shards", "1", "--launcher", "submitit-local", "--cluster", str(cluster),
-                     "--max-tokens", "4") == 2
-    err = capsys.readouterr().err
-    jobs = sorted(p.name.split("_")[0] for p in (tmp_path / "bad.jobs").glob("*_submitted.pkl"))
-    assert len(jobs) == 2  # submitted, then resubmitted once
-    assert f"shard 0 of {out} failed 2 time(s); the last: submitit-local job" in err
-    assert "SettingsError: --max-tokens 4 is smaller than the longest sentence" in err and "job stderr:" in err
+    (tmp_path / "file").touch()
+    for out, extra, message in [
+            (tmp_path / "bad", ["--max-tokens", "4"], "--max-tokens 4 is smaller than the longest sentence"),
+            (tmp_path / "bad", ["--split", "nosuch"], "nosuch"),
+            (tmp_path / "file" / "bad", [], "cannot write in"),
+            (tmp_path / "bad", ["--fp16"], "--fp16 runs the teacher in half precision on a GPU: set [resources.distil] "
+                                           "gpus = 1")]:
+        assert _generate(micro_local, out, "--num-shards", "2", "--launcher", "submitit-local", "--cluster",
+                         str(cluster), *extra) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
+        assert not out.with_name(out.name + ".jobs").exists()  # nothing submitted
+
+
+def test_only_a_cause_outside_the_job_is_retried(micro_local, tmp_path, monkeypatch):
+    """A shard's own error (its settings, its teacher) would fail again: reported, never resubmitted; a shard
+    preempted, on a failed node or past its time limit is resubmitted."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    from nat_kd.distill.__main__ import build_parser, config_from_args
+    from nat_kd.distill.cluster import ShardJob, ShardLauncher
+    from nat_kd.errors import SettingsError
+    from nat_kd.launch import outside_cause
+
+    _, _, records = micro_local
+    calls = []
+
+    def fails(self, cfg, shard_id, num_shards):
+        calls.append(shard_id)
+        raise SettingsError("the teacher's dictionary does not match")
+    monkeypatch.setattr(ShardJob, "__call__", fails)
+    args = build_parser([]).parse_args(["--teacher-path", records["teacher.t1"]["result"]["checkpoint"],
+                                        "--prepared", records["prepare"]["result"]["dir"], "--out",
+                                        str(tmp_path / "out"), "--workers", "1", "--threads", "1"])
+    launcher = ShardLauncher(config_from_args(args), "debug", ClusterConfig(LauncherSettings(poll_seconds=0.1,
+                                                                                             max_retries=2)))
+    with pytest.raises(LaunchError, match="shard 0 of .* failed 1 time"):
+        launcher.run()
+    assert calls == [0]  # the old code resubmitted it max_retries times
+
+    class Job:
+        def __init__(self, state):
+            self.state = state
+    assert [outside_cause(Job(state), UncompletedJobError("no output")) for state in
+            ("NODE_FAIL", "PREEMPTED", "TIMEOUT", "INTERRUPTED", "OUT_OF_MEMORY", "CANCELLED by 1000")] == \
+        ["NODE_FAIL", "PREEMPTED", "TIMEOUT", "INTERRUPTED", None, None]
+    assert outside_cause(Job("FAILED"), FailedJobError("Traceback ... SettingsError: ...")) is None
 
 
 def test_jobs_near_their_time_limit_are_requeued_with_the_same_call():
@@ -413,3 +506,193 @@ def test_jobs_near_their_time_limit_are_requeued_with_the_same_call():
     for job, args in [(StepJob(), ("root", "step", "fp", {}, Resources(), "slurm", 4)), (ShardJob(), ("cfg", 3, 8))]:
         again = job.checkpoint(*args)
         assert again.function is job and again.args == args and again.kwargs == {}
+
+
+# ------------------------------------------------------------------ GPU types, per-kind options, detached plans
+
+
+def _paper_dry_run(tmp_path, capsys, cluster_text, *extra):
+    from nat_kd.study.__main__ import main
+
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(cluster_text)
+    code = main(["paper", "--launcher", "slurm", "--cluster", str(cluster), "--dry-run", "--out",
+                 str(tmp_path / "paper"), *extra])
+    out, err = capsys.readouterr()
+    return code, out, err, cluster
+
+
+def _job_block(out, step):
+    """The indented lines a dry run prints under one step's heading."""
+    lines = ("\n" + out).split(f"\n{step}  ", 1)[1].split("\n")[1:]
+    return "\n".join(line for line in lines[:next(i for i, line in enumerate(lines) if not line.startswith(" "))])
+
+
+def test_gpu_type_and_per_kind_options_reach_only_their_jobs_with_the_setup_lines(tmp_path, capsys):
+    code, out, err, _ = _paper_dry_run(tmp_path, capsys, '[launcher]\ngpu_type = "a100"\nsetup = ["module load cuda"]\n'
+                                       '[resources.train]\nfp16 = true\nsbatch = {gpu-bind = "closest"}\n')
+    assert code == 0, err
+    big, distil, prepare = (_job_block(out, s) for s in ("teacher.big", "distil.big.beam", "prepare"))
+    assert "#SBATCH --gpus-per-node=a100:1" in big and "#SBATCH --gpu-bind=closest" in big
+    assert "fp16" in out.split("\nteacher.big  ", 1)[1].split("\n", 1)[0]
+    assert "#SBATCH --gpus-per-node=a100:1" in distil and "gpu-bind" not in distil  # the train kind's option only
+    assert "gpus-per-node" not in prepare and "gres" not in out  # CPU jobs ask for no GPU
+    for block in (big, distil, prepare):
+        assert block.endswith("    # setup\n    module load cuda"), block  # what each job runs first
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[launcher]\nsbatch = {gres = "gpu:a100:1"}\n', "[launcher].sbatch: gres = 'gpu:a100:1' would mix with the "
+     "--gpus-per-node the jobs get from gpus: set [resources.KIND] gpus = N and gpu_type"),
+    ('[resources.train]\nsbatch = {gpus-per-node = 2}\n', "[resources.train].sbatch: gpus_per_node = 2 would mix"),
+    ('[launcher]\nsbatch = {mem_per_gpu = "40G"}\n', "[launcher].sbatch: mem_per_gpu would reach the CPU jobs too"),
+    ('[resources.prepare]\nsbatch = {gpu_bind = "closest"}\n', "step prepare ([resources.prepare]): sbatch gpu_bind "
+     "on a job without a GPU (gpus = 0): set gpus = 1, or drop it"),
+    ('[resources.distil]\ngpus = 0\nfp16 = true\n', "step distil.tiny.beam ([resources.distil]): fp16 on a job "
+     "without a GPU"),
+    ('[resources.analysis]\nfp16 = true\n', "step analysis ([resources.analysis]): fp16 is not for these jobs"),
+])
+def test_gpu_options_that_would_mix_or_reach_a_cpu_job_are_refused_in_one_line(tmp_path, capsys, text, message):
+    code, out, err, cluster = _paper_dry_run(tmp_path, capsys, text)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert str(cluster) in err and message in err, err
+
+
+def test_the_job_array_runs_at_most_max_jobs_shards_and_the_merge_job_is_a_short_cpu_job(tmp_path):
+    from nat_kd.distill.cluster import ShardLauncher
+    from nat_kd.distill.config import DistillConfig
+
+    cfg = DistillConfig(teachers=[str(tmp_path / "t.pt")], out_dir=str(tmp_path / "out"), num_shards=16)
+    cluster = cluster_config({"launcher": {"max_jobs": 4, "gpu_type": "a100"}})
+    lines = ShardLauncher(cfg, "slurm", cluster).dry_run()
+    merge = lines.index(next(line for line in lines if line.startswith("nat_kd.merge.out")))
+    assert "    #SBATCH --array=0-15%4" in lines[:merge] and "    #SBATCH --gpus-per-node=a100:1" in lines[:merge]
+    assert "[0 GPU, 4 CPU, 32 GB, 2 h]" in lines[merge]
+    assert not any("gpus-per-node" in line for line in lines[merge:]) and "    #SBATCH --time=120" in lines[merge:]
+
+
+def test_training_saves_every_n_updates_in_fp16_and_counts_the_updates_a_requeue_repeats(tmp_path, monkeypatch):
+    import torch
+
+    from nat_kd.study import fairseq_jobs
+    from nat_kd.study.config import ModelShape, Training
+
+    commands, reached = [], iter([2350, 4000])
+
+    def fairseq_train(module, args, log, *a, **k):  # a run killed at update 2,350, then one that ends at 4,000
+        commands.append(list(map(str, args)))
+        updates = next(reached)
+        with open(log, "a") as handle:
+            handle.write(f"$ python -m fairseq_cli.train ...\nINFO | train_inner | epoch 001:  {updates} / 19000 "
+                         f"loss=5.1, num_updates={updates}, lr=0.0005\n")
+        if updates == 4000:
+            torch.save({"optimizer_history": [{"num_updates": 4000}]}, save_dir / "checkpoint_last.pt")
+    monkeypatch.setattr(fairseq_jobs, "run_logged", fairseq_train)
+    save_dir, log = tmp_path / "checkpoints", tmp_path / "log"
+    save_dir.mkdir()
+    (save_dir / "checkpoint_best.pt").touch()
+    train = dict(arch="a", shape=ModelShape(8, 8, 1, 1), training=Training(updates=4000), log=log, threads=1)
+    fairseq_jobs.train(tmp_path, save_dir, **train, gpus=1, fp16=True, save_updates=2000)
+    flags = commands[0]
+    assert flags[flags.index("--save-interval-updates") + 1] == "2000" and "--fp16" in flags
+    assert flags[flags.index("--keep-interval-updates") + 1] == "1"  # one mid-epoch checkpoint kept, not 150
+    torch.save({"optimizer_history": [{"num_updates": 2000}]}, save_dir / "checkpoint_last.pt")
+    fairseq_jobs.train(tmp_path, save_dir, **train)  # the requeued job resumes from update 2,000
+    assert "--save-interval-updates" not in commands[1] and "--fp16" not in commands[1]  # a local run's command
+    assert fairseq_jobs.count_repeated_updates(save_dir, log) == 350  # counted once, however often asked
+    assert "350 updates are trained again" in log.read_text()
+
+
+class _FakeSlurm:
+    """sbatch, sacct and srun on PATH: sbatch keeps each script it is given and answers a new job id; sacct answers
+    the states in states.json (PENDING for the others)."""
+
+    def __init__(self, folder: Path, monkeypatch, first_id: int):
+        self.folder = folder
+        folder.mkdir()
+        scripts = {
+            "sbatch": f"""import itertools, pathlib, shutil, sys
+folder = pathlib.Path({str(folder)!r})
+n = len(list(folder.glob("job-*.sh"))) + {first_id}
+shutil.copyfile(sys.argv[-1], folder / f"job-{{n}}.sh")
+print(f"Submitted batch job {{n}}")
+""",
+            "sacct": f"""import json, pathlib, sys
+states = pathlib.Path({str(folder)!r}) / "states.json"
+states = json.loads(states.read_text()) if states.is_file() else {{}}
+ids = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "-j"]
+print("JobID|State|NodeList")
+for i in ids:
+    print(f"{{i}}|{{states.get(i, 'PENDING')}}|node1")
+""",
+            "srun": "import sys\nsys.exit(1)\n"}
+        for name, body in scripts.items():
+            path = folder / name
+            path.write_text(f"#!{sys.executable}\n{body}")
+            path.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+    def jobs(self) -> dict:
+        """Job id -> its sbatch script's name and dependency."""
+        out = {}
+        for script in self.folder.glob("job-*.sh"):
+            text = script.read_text()
+            name = text.split("--job-name=nat_kd.", 1)[1].split("\n", 1)[0]
+            dependency = text.split("--dependency=", 1)[1].split("\n", 1)[0] if "--dependency=" in text else None
+            out[script.stem.removeprefix("job-")] = (name, dependency)
+        return out
+
+
+def test_detach_chains_the_plan_in_slurms_queue_and_list_reads_the_jobs_back(tmp_path, monkeypatch, capsys):
+    from nat_kd.launch import Submitted
+    from nat_kd.study.cluster import job_notes
+
+    first = 1000 + int(time.time()) % 100000 * 10  # ids no other test's jobs had (submitit caches their states)
+    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
+    root = tmp_path / "study"
+    Runner(root).run([_plan()[0]])  # a: done before
+    runner = Runner(root, launcher=JobLauncher(root, "slurm", FAST, detach=True))
+    lines, failures = runner.launcher.submit_plan(runner, _plan())
+    assert failures == [] and runner.ran == []
+    jobs = {name: (job_id, dependency) for job_id, (name, dependency) in slurm.jobs().items()}
+    b, c = jobs["b"][0], jobs["c"][0]
+    assert set(jobs) == {"b", "c"} and jobs["b"][1] is None  # a is done: b waits for nothing
+    assert lines == [f"b: submitted slurm job {b} ({Resources().describe()})",
+                     f"c: submitted slurm job {c} ({Resources().describe()})"]
+    assert Submitted.read(root / "jobs" / "b" / "submitted.json").job_id == b
+    # with nothing done, each job waits for its dependencies' jobs; jobs still in the queue are not submitted again
+    (slurm.folder / "states.json").write_text(json.dumps({b: "RUNNING"}))
+    other = tmp_path / "other"
+    runner = Runner(other, launcher=JobLauncher(other, "slurm", FAST, detach=True))
+    lines, _ = runner.launcher.submit_plan(runner, _plan())
+    jobs = {name: (job_id, dependency) for job_id, (name, dependency) in slurm.jobs().items() if job_id not in (b, c)}
+    assert len(jobs) == 3 and jobs["a"][1] is None and jobs["b"][1] == f"afterok:{jobs['a'][0]}"
+    assert "--kill-on-invalid-dep=yes" in (slurm.folder / f"job-{jobs['b'][0]}.sh").read_text()
+    lines, _ = runner.launcher.submit_plan(runner, _plan())
+    assert len(slurm.jobs()) == 5 and lines[0] == f"a: slurm job {jobs['a'][0]} already in the queue"
+    assert job_notes(other, _plan()) == {"a": f"  (slurm job {jobs['a'][0]} PENDING)",
+                                         "b": f"  (slurm job {jobs['b'][0]} PENDING)",
+                                         "c": f"  (slurm job {jobs['c'][0]} PENDING)"}
+
+
+def test_a_detached_job_reads_its_dependencies_records_when_it_starts(tmp_path, monkeypatch):
+    """What a job submitted by --detach runs once Slurm starts it: the step on its dependencies' records."""
+    from nat_kd.study.cluster import StepJob
+
+    root = tmp_path / "study"
+    plan = _plan()
+    Runner(root).run(plan[:1])
+    monkeypatch.setenv("SUBMITIT_DEBUG_JOB_ID", "7")  # submitit's environment of a job
+    with pytest.raises(StepError, match="step b: its dependencies a have no record"):
+        StepJob()(str(tmp_path / "empty"), plan[1], None, None, Resources(), "debug", 1, plan[:1])
+    record = StepJob()(str(root), plan[1], None, None, Resources(), "debug", 1, plan[:1])
+    assert record["result"]["text"] == "21" and record["launcher"]["job_id"] == "7"
+    assert Runner(root).states(plan) == {"a": "done", "b": "done", "c": "to run"}
+
+
+def test_detach_dry_run_shows_each_jobs_dependencies(tmp_path, capsys):
+    code, out, err, _ = _paper_dry_run(tmp_path, capsys, '[launcher]\npartition = "gpu"\n', "--detach")
+    assert code == 0, err
+    assert "#SBATCH --dependency=afterok:prepare" in _job_block(out, "teacher.big")
+    assert "#SBATCH --dependency=afterok:prepare:teacher.big" in _job_block(out, "distil.big.beam")
+    assert "--dependency" not in _job_block(out, "prepare")
