@@ -108,11 +108,12 @@ def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
     return candidate
 
 
-def candidate_step(ctx, *, name: str, dir: str, src: str, tgt: str) -> dict:
-    """A candidate set as the analysis and the pilots read it (what the study's distil steps return)."""
-    candidate = DistilledSet(dir)
+def candidate_step(ctx, *, name: str, folder: str, tgt: str) -> dict:
+    """A candidate set as the analysis and the pilots read it (what the study's distil steps return); its
+    target text is its output, so a changed set trains its pilot again."""
+    candidate = DistilledSet(folder)
     meta = candidate.meta()
-    return {"dir": dir, "name": name, "strategy": meta["strategy"], "outputs": [str(candidate.text("train", tgt))],
+    return {"dir": folder, "name": name, "strategy": meta["strategy"], "outputs": [str(candidate.text("train", tgt))],
             "sentences": meta["sentences"]}
 
 
@@ -130,7 +131,7 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
                           corpus=manifest.get("fingerprint"), own={"prepared": str(corpus.root)}))]
     for name, candidate in candidates.items():
         steps.append(Step(f"set.{name}", "prepare", {"name": name},
-                          partial(candidate_step, name=name, dir=str(candidate.root), src=src, tgt=tgt)))
+                          partial(candidate_step, name=name, folder=str(candidate.root), tgt=tgt)))
     sets = [f"set.{name}" for name in candidates]
     if args.analysis:
         from nat_kd.study.config import ANALYSIS_DEFAULTS
