@@ -199,7 +199,7 @@ def main(argv=None) -> int:
 
 
 def _choose(args) -> int:
-    from nat_kd.study.cluster import JobLauncher, check_resources, dry_run
+    from nat_kd.study.cluster import JobLauncher, check_resources, dry_run, submit_detached
     from nat_kd.study.steps import Runner
 
     if args.updates < 1 or args.final_updates < args.updates:
@@ -223,9 +223,13 @@ def _choose(args) -> int:
         check_resources(cluster, steps, args.cluster or "--cluster")
     launcher = JobLauncher(out, args.launcher, cluster, args.detach) if args.launcher != "local" else None
     runner = Runner(out, jobs=args.jobs, threads=args.threads, launcher=launcher)
+    detached = args.detach and args.launcher == "slurm"
     if args.dry_run:
-        print("\n".join(dry_run(steps, runner, cluster, args.detach)))
+        print("\n".join(dry_run(steps, runner, cluster, detach=detached)))
         return 0
+    if detached:  # the pilots chained in Slurm's queue; the same command without --detach collects them
+        return submit_detached(launcher, runner, steps, "run the same command without --detach once they have "
+                               "run: it waits for what is left and writes the ranking")
     try:
         with sigterm_as_interrupt() if launcher else nullcontext():
             records = runner.run(steps)

@@ -161,3 +161,30 @@ def test_pilot_agreement_ranks_each_family_s_pilots_against_its_final_test_bleu(
     assert pilots.for_family("nat", 5000, path) == ([second], [250, 500])
     assert pilots.for_family("nat", 100, path) == ([], [250, 500])
     assert pilots.for_family("dat", 500, path) == ([], [])
+
+
+def test_choose_on_slurm_dry_run_gives_the_pilots_a_gpu_and_the_rest_none(corpus, candidates, tmp_path, capsys):
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text('[launcher]\npartition = "gpu"\ngpu_type = "a100"\n[resources.train]\nhours = 2\n')
+    argv = ["--corpus", str(corpus), "--candidates", *map(str, candidates), "--arch", "kd_dat_tiny", "--updates", "500",
+            "--out", str(tmp_path / "out"), "--launcher", "slurm", "--cluster", str(cluster), "--dry-run"]
+    assert main(argv) == 0
+    jobs = {}
+    for line in capsys.readouterr().out.splitlines():
+        if not line.startswith(" "):
+            name = line.split()[0]
+            jobs[name] = [line]
+        else:
+            jobs[name].append(line.strip())
+    assert set(jobs) == {"prepare", "set.short", "set.doubled", "analysis", "pilot.real", "pilot.short",
+                         "pilot.doubled"}
+    for name, lines in jobs.items():
+        gpu = "#SBATCH --gpus-per-node=a100:1" in lines
+        assert gpu == name.startswith("pilot."), (name, lines)
+    assert "#SBATCH --time=120" in jobs["pilot.short"]
+    assert not (tmp_path / "out" / "steps").is_dir() or not list((tmp_path / "out" / "steps").iterdir())
+
+    cluster.write_text('[launcher]\nsbatch = {gres = "gpu:a100:1"}\n')
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "gres = 'gpu:a100:1' would mix with the --gpus-per-node" in err and len(err.strip().splitlines()) == 1

@@ -16,7 +16,7 @@ from pathlib import Path
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.launch import add_launcher_arguments, read_cluster_file, sigterm_as_interrupt
 
-from .cluster import JobLauncher, check_resources, dry_run, job_notes
+from .cluster import JobLauncher, check_resources, dry_run, job_notes, submit_detached
 from .config import load
 from .curve import progress_note
 from .steps import Runner, needed
@@ -85,14 +85,8 @@ def _study(args, argv) -> int:
             print(f"{state:6}  {step.name}" + (f"  ({note})" if note else "") + jobs.get(step.name, ""))
         return 0
     if args.detach and args.launcher == "slurm":  # the jobs chained in Slurm's queue; the driver's work is done
-        lines, failures = launcher.submit_plan(runner, needed(steps, args.only) if args.only else steps)
-        for line in lines + failures:
-            print(line)
-        print(f"{len(lines)} job(s) in the queue; python -m nat_kd.study ... --list shows where they stand")
-        if failures:
-            print(f"error: {len(failures)} step(s) not submitted: {failures[0]}", file=sys.stderr)
-            return 2
-        return 0
+        return submit_detached(launcher, runner, needed(steps, args.only) if args.only else steps,
+                               "python -m nat_kd.study ... --list shows where they stand")
     try:
         with sigterm_as_interrupt() if launcher else nullcontext():
             if args.results_only:

@@ -13,6 +13,7 @@ each job then reads its dependencies' records itself (``StepJob`` without a fing
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from dataclasses import asdict
 from pathlib import Path
@@ -210,6 +211,19 @@ class JobLauncher:
                     job.cancel(check=False)
                 except Exception as err:  # noqa: BLE001 - the job may have ended meanwhile
                     logger.warning("%s: could not cancel job %s: %s", name, job.job_id, err)
+
+
+def submit_detached(launcher: JobLauncher, runner: Runner, steps: list[Step], then: str) -> int:
+    """--launcher slurm --detach: the plan's jobs chained in Slurm's queue (JobLauncher.submit_plan), a line
+    each, and ``then`` (what to run next); 2 where a step could not be submitted."""
+    lines, failures = launcher.submit_plan(runner, steps)
+    for line in lines + failures:
+        print(line)
+    print(f"{len(lines)} job(s) in the queue; {then}")
+    if failures:
+        print(f"error: {len(failures)} step(s) not submitted: {failures[0]}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def job_notes(root: Path, steps: list[Step]) -> dict[str, str]:
