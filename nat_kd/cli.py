@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import pickle
 import sys
 from typing import Callable, Sequence
 
 from .errors import NatKdError
 
-LOG_FORMAT = "%(asctime)s | %(name)s | %(message)s"
+LOG_FORMAT = "%(asctime)s | %(name)s | %(message)s"  # a warning's or an error's message starts with its level
 VERBOSE = "--verbose"
 # fairseq's loggers: their INFO lines (model loading, task set-up, and the "Please install tensorboardX" that
 # fairseq.tasks.text_to_speech logs when it is imported) are shown only with --verbose
@@ -21,6 +22,18 @@ def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
                         "warnings and errors, between the toolkit's own lines)")
 
 
+class LevelFormatter(logging.Formatter):
+    """``fmt`` as it is for INFO lines; from WARNING up the message starts with the level ("WARNING: ..."), so
+    that a warning does not read like one more info line."""
+
+    def __init__(self, fmt: str):
+        super().__init__(fmt)
+        self.flagged = logging.Formatter(fmt.replace("%(message)s", "%(levelname)s: %(message)s"))
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self.flagged.format(record) if record.levelno >= logging.WARNING else super().format(record)
+
+
 def setup_logging(argv: Sequence[str] | None = None, fmt: str = LOG_FORMAT) -> None:
     """The toolkit's INFO lines, and fairseq's from WARNING up unless ``--verbose`` is in ``argv`` (default:
     sys.argv).
@@ -30,9 +43,22 @@ def setup_logging(argv: Sequence[str] | None = None, fmt: str = LOG_FORMAT) -> N
     Once the root handler is ours, the ``logging.basicConfig`` calls that fairseq's modules make when imported
     change nothing (and a handler already there, such as pytest's, is kept)."""
     verbose = VERBOSE in (sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format=fmt)
+    handler = logging.StreamHandler()
+    handler.setFormatter(LevelFormatter(fmt))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     for name in FAIRSEQ_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.WARNING)
+
+
+def quiet_worker(call: bytes) -> None:
+    """A worker process's initializer (multiprocessing.Pool's, spawned): its logging silenced up to WARNING (the
+    main process has shown the same loading messages once), then ``call``, a pickled (function, arguments),
+    run. The call travels pickled so that its modules are imported only now: fairseq, among them, logs as it
+    is imported ("Please install tensorboardX"), and the arguments of a plain initializer are unpickled, and
+    their modules imported, before it runs."""
+    logging.disable(logging.WARNING)
+    function, args = pickle.loads(call)
+    function(*args)
 
 
 def is_toolkit_error(err: BaseException) -> bool:

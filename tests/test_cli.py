@@ -65,6 +65,8 @@ import fairseq.tasks.text_to_speech  # already imported by the command, or impor
 logging.getLogger("fairseq.tasks.translation").info("probe: fairseq info")
 logging.getLogger("fairseq_cli.train").warning("probe: fairseq warning")
 logging.getLogger("nat_kd.generate_distilled").info("probe: toolkit info")
+logging.getLogger("nat_kd.generate_distilled").warning("probe: toolkit warning")
+logging.getLogger("nat_kd.study").error("probe: toolkit error")
 """
 COMMANDS = ["nat_kd.generate_distilled", "nat_kd.distill", "nat_kd.analyze", "nat_kd.prepare", "nat_kd.study",
             "nat_kd.teacher_topk", "nat_kd.mix"]
@@ -96,3 +98,16 @@ def test_fairseq_logs_only_warnings_unless_verbose(module):
 def test_verbose_shows_fairseqs_info(module):
     out = run_probe(module, "--verbose", "--help")
     assert "Please install tensorboardX" in out and "probe: fairseq info" in out and "probe: toolkit info" in out
+
+
+@pytest.mark.parametrize("module, logged", [
+    ("nat_kd.generate_distilled", {"nat_kd.generate_distilled | probe: toolkit info",
+                                   "nat_kd.generate_distilled | WARNING: probe: toolkit warning",
+                                   "nat_kd.study | ERROR: probe: toolkit error",
+                                   "fairseq_cli.train | WARNING: probe: fairseq warning"}),
+    ("nat_kd.study", {"probe: toolkit info", "WARNING: probe: toolkit warning", "ERROR: probe: toolkit error",
+                      "WARNING: probe: fairseq warning"})])  # the study's format has no logger name
+def test_warnings_and_errors_show_their_level(module, logged):
+    """A warning does not read like one more info line: from WARNING up, the message starts with its level."""
+    out = run_probe(module, "--help")
+    assert {line.split(" | ", 1)[1] for line in out.splitlines() if "probe: " in line} == logged

@@ -260,3 +260,16 @@ def test_settings_that_do_not_fit_are_refused(teachers, tiny_en_de, tmp_path):
     with pytest.raises(SettingsError, match=r"model_type 'bert' is not supported; supported: marian"):
         distill(published({"odd": tmp_path / "odd"}, "odd", tiny_en_de, tmp_path / "z"))
     assert not any((tmp_path / n).exists() for n in "xyz")
+
+
+def test_worker_processes_keep_fairseqs_info_lines_quiet(teachers, tiny_en_de, tmp_path):
+    """--workers 2: each spawned worker imports fairseq, which logs "Please install tensorboardX" as it is
+    imported; like the main process, the workers show none of fairseq's INFO lines."""
+    command = [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", str(teachers["marian"]),
+               "--prepared", str(tiny_en_de), "--split", "train", "--strategy", "greedy",
+               "--max-len-b", str(MAX_LEN), "--chunk-sentences", "50", "--workers", "2", "--threads", "1",
+               "--ct2-cache", str(tmp_path / "cache"), "--out", str(tmp_path / "o"), "--no-progress-bar"]
+    proc = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "2 worker(s)" in proc.stdout and len(lines(tmp_path / "o" / "train.de")) == TRAIN_LINES
+    assert "tensorboardX" not in proc.stdout and "INFO:" not in proc.stdout, proc.stdout

@@ -5,10 +5,10 @@ Workers are spawned, not forked: each loads its own teacher, and nothing is inhe
 """
 from __future__ import annotations
 
-import logging
 import math
 import multiprocessing
 import os
+import pickle
 import sys
 import time
 from dataclasses import asdict
@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from nat_kd.analysis.metrics.sentence import SentenceScorer, sacrebleu_statistics
+from nat_kd.cli import quiet_worker
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 
@@ -278,7 +279,6 @@ def _worker_init(cfg: DistillConfig, threads: int) -> None:
 
     torch.set_num_threads(threads)
     reuse_freed_memory()
-    logging.disable(logging.WARNING)  # fairseq's loading chatter, once per worker
     _WORKER["decoder"] = Session(cfg).decoder(threads)
 
 
@@ -320,8 +320,8 @@ def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[in
                 finish(*queued)
         else:
             context = multiprocessing.get_context("spawn")
-            with context.Pool(min(workers, len(jobs)), initializer=_worker_init,
-                              initargs=(session.cfg, threads)) as pool:
+            with context.Pool(min(workers, len(jobs)), initializer=quiet_worker,
+                              initargs=(pickle.dumps((_worker_init, (session.cfg, threads))),)) as pool:
                 # longest chunks first (chunks are sorted by length), so no worker is left alone at the end
                 for index, result in pool.imap_unordered(_worker_decode, jobs[::-1]):
                     store.save(index, result)
