@@ -3,6 +3,7 @@
 CTranslate2 folder as OPUS-MT conversions ship it; distilled, checked against transformers' own generate,
 re-encoded into the student's vocabulary and trained on by a NAT student."""
 import json
+import shutil
 import subprocess
 import sys
 
@@ -23,28 +24,31 @@ MAX_LEN = 12
 TRAIN_LINES = 203  # tiny_en_de's training split
 
 
-def train_sentencepiece(texts: list[str], prefix, size: int):
+def train_sentencepiece(texts: list[str], prefix, size: int, model_type: str = "unigram"):
     import sentencepiece
 
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts), model_prefix=str(prefix), vocab_size=size, model_type="unigram",
+        sentence_iterator=iter(texts), model_prefix=str(prefix), vocab_size=size, model_type=model_type,
         character_coverage=1.0, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2)
     return sentencepiece.SentencePieceProcessor(model_file=f"{prefix}.model")
 
 
-def tiny(config_class, vocab_size: int, **special):
+def tiny(config_class, vocab_size: int, positions: int = 512, **special):
     # wide initial weights: a random model whose outputs depend on its input (beams and samples then differ)
     return config_class(vocab_size=vocab_size, d_model=32, encoder_layers=1, decoder_layers=1,
                         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                        max_position_embeddings=512, init_std=0.5, **special)
+                        max_position_embeddings=positions, init_std=0.5, **special)
 
 
 @pytest.fixture(scope="module")
 def teachers(tiny_en_de, tmp_path_factory):
-    """{"marian": folder, "m2m100": folder, "ct2": folder}: the teachers' vocabularies are not the student's
+    """{"marian": folder, "m2m100": folder, "ct2": folder, "m2m100-ct2": folder}: the teachers' vocabularies
+    are not the student's
     (tiny_en_de's joint 300-piece model): Marian has one sentencepiece model per language (150 pieces), M2M100 a
-    joint one (200 pieces) and the language codes; "ct2" is the Marian model as an OPUS-MT CTranslate2
-    conversion ships it (model.bin, vocabulary, source.spm, target.spm)."""
+    joint BPE one (200 pieces, a BPE model as M2M100's sentencepiece.bpe.model is) and the language codes; as in
+    M2M100's real 128k vocabulary, the plain pieces de, en and a are there beside the language tokens __de__ and
+    __en__; "ct2" is the Marian model as an OPUS-MT CTranslate2 conversion ships it (model.bin, vocabulary,
+    source.spm, target.spm), "m2m100-ct2" the M2M100 model converted, with its sentencepiece.bpe.model."""
     import torch
     from ctranslate2.converters import TransformersConverter
     from transformers import (M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer, MarianConfig,
@@ -71,10 +75,11 @@ def teachers(tiny_en_de, tmp_path_factory):
     MarianMTModel(tiny(MarianConfig, len(vocab), pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
                        forced_eos_token_id=0)).save_pretrained(models["marian"])
 
-    joint = train_sentencepiece(text["en"] + text["de"], work / "sp_joint", 200)
+    joint = train_sentencepiece(text["en"] + text["de"], work / "sp_joint", 200, "bpe")
     encoder = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
     for i in range(joint.get_piece_size()):
         encoder.setdefault(joint.id_to_piece(i), len(encoder))
+    assert {"de", "en", "a"} <= encoder.keys()  # plain pieces, as in a real M2M100 vocabulary
     (work / "m2m_vocab.json").write_text(json.dumps(encoder), encoding="utf-8")
     models["m2m100"] = work / "m2m100"
     tokenizer = M2M100Tokenizer(vocab_file=str(work / "m2m_vocab.json"), spm_file=str(work / "sp_joint.model"),
@@ -89,10 +94,14 @@ def teachers(tiny_en_de, tmp_path_factory):
     TransformersConverter(str(models["marian"])).convert(str(models["ct2"]))
     for name in ("source.spm", "target.spm"):
         (models["ct2"] / name).write_bytes((models["marian"] / name).read_bytes())
+    models["m2m100-ct2"] = work / "m2m100-ct2"
+    TransformersConverter(str(models["m2m100"])).convert(str(models["m2m100-ct2"]))
+    spm = "sentencepiece.bpe.model"
+    (models["m2m100-ct2"] / spm).write_bytes((models["m2m100"] / spm).read_bytes())
     return models
 
 
-CODES = {"m2m100": dict(teacher_src_lang="en", teacher_tgt_lang="de")}
+CODES = {name: dict(teacher_src_lang="en", teacher_tgt_lang="de") for name in ("m2m100", "m2m100-ct2")}
 
 
 def published(teachers, name, tiny_en_de, out, split="train", **kw):
@@ -135,7 +144,8 @@ def test_hugging_face_teacher_agrees_with_transformers_generate(teachers, tiny_e
 
 def test_greedy_equals_transformers_generate_written_out(teachers, tiny_en_de, tmp_path):
     """The reference spelled out here, without the toolkit: M2M100's greedy search by transformers, the target
-    language token forced first, at most MAX_LEN tokens then EOS."""
+    language token forced first, at most MAX_LEN tokens then EOS. The model's made-up words (ids past the
+    tokenizer's vocabulary, which calls them all <unk>) are named as in CTranslate2's vocabulary."""
     import torch
 
     out = distill(published(teachers, "m2m100", tiny_en_de, tmp_path / "g", strategy="greedy")).out_dir
@@ -150,9 +160,32 @@ def test_greedy_equals_transformers_generate_written_out(teachers, tiny_en_de, t
             generated = model.generate(torch.tensor([ids]), num_beams=1, do_sample=False, max_new_tokens=MAX_LEN + 2,
                                        forced_bos_token_id=tokenizer.get_lang_id("de"),
                                        forced_eos_token_id=tokenizer.eos_token_id)[0, 2:].tolist()
-        tokens = tokenizer.convert_ids_to_tokens(generated)
+        tokens = [f"madeupword{i - len(tokenizer)}" if i >= len(tokenizer) else tokenizer.convert_ids_to_tokens(i)
+                  for i in generated]
         expected.append(" ".join(tokens[:tokens.index("</s>")] if "</s>" in tokens else tokens))
     assert lines(out / "spm" / "train.de")[:40] == expected
+
+
+def test_check_against_transformers_finds_a_wrong_language_token(teachers, tiny_en_de, tmp_path, monkeypatch):
+    """The check forces the target language's token as transformers' documentation does
+    (tokenizer.get_lang_id), not the token the generator decodes from: a generator that started from the plain
+    piece de (as it once did) is caught: almost no hypothesis agrees. (Those
+    that agree are mostly the random teacher's repetitions, such as "j j j ...", whatever its first token.)"""
+    from nat_kd.distill.teachers import PublishedTeacher
+
+    init = PublishedTeacher.__init__
+
+    def plain_piece(self, *args, **kw):
+        init(self, *args, **kw)
+        self.target_prefix = ["de"]
+
+    monkeypatch.setattr(PublishedTeacher, "__init__", plain_piece)
+    result = distill(published(teachers, "m2m100", tiny_en_de, tmp_path / "w", strategy="beam", beam=4,
+                               check_against_transformers=TRAIN_LINES))
+    assert result.meta["teacher"]["target_prefix"] == ["de"]
+    check = result.meta["check_against_transformers"]
+    assert check["identical_share"] < 0.2, check
+
 
 
 @pytest.mark.parametrize("strategy, settings", [("beam", dict(beam=3)), ("greedy", {}), ("sampling", {}),
@@ -176,13 +209,17 @@ def test_every_strategy_with_a_published_teacher(teachers, tiny_en_de, corpus, t
         assert lines(greedy.out_dir / "valid.de") != target  # it did sample
 
 
-def test_ctranslate2_folder_as_opus_mt_ships_it(teachers, tiny_en_de, tmp_path):
-    """The converted Marian model with its source.spm/target.spm: the same hypotheses as the Hugging Face
-    folder (the sentencepiece models tokenize as MarianTokenizer does); nothing is converted."""
-    folder = distill(published(teachers, "ct2", tiny_en_de, tmp_path / "ct2", strategy="beam", beam=3))
-    hf = distill(published(teachers, "marian", tiny_en_de, tmp_path / "hf", strategy="beam", beam=3))
+@pytest.mark.parametrize("ct2, hf", [("ct2", "marian"), ("m2m100-ct2", "m2m100")])
+def test_ctranslate2_folder_as_opus_mt_ships_it(teachers, tiny_en_de, tmp_path, ct2, hf):
+    """The converted model with its sentencepiece models (Marian: source.spm/target.spm, M2M100:
+    sentencepiece.bpe.model): the same hypotheses as the Hugging Face folder (the sentencepiece models
+    tokenize as the folder's tokenizer does, and M2M100 starts from the language tokens __en__ and __de__, not
+    from the plain pieces en and de); nothing is converted."""
+    folder = distill(published(teachers, ct2, tiny_en_de, tmp_path / "ct2", strategy="beam", beam=3))
+    hf = distill(published(teachers, hf, tiny_en_de, tmp_path / "hf", strategy="beam", beam=3))
     for name in ("spm/train.en", "spm/train.de", "train.de"):
         assert lines(folder.out_dir / name) == lines(hf.out_dir / name), name
+    assert folder.meta["teacher"]["target_prefix"] == hf.meta["teacher"]["target_prefix"]
     assert folder.meta["teacher"]["kind"] == "ctranslate2" and folder.meta["teacher"]["converter"] is None
     assert not any((p / "model.bin").is_file() for p in (tmp_path / "cache").iterdir()
                    if p.name != hf.meta["teacher"]["ctranslate2_model"].rsplit("/", 1)[-1])
@@ -245,8 +282,11 @@ def test_settings_that_do_not_fit_are_refused(teachers, tiny_en_de, tmp_path):
         distill(DistillConfig(teachers=[str(teachers["m2m100"])], out_dir=str(tmp_path / "y"),
                               source=str(tiny_en_de / "raw" / "valid.en"), reference=str(tiny_en_de / "raw" / "valid.de"),
                               ct2_cache=str(tmp_path / "cache")))
-    with pytest.raises(SettingsError, match=r"neither xx nor __xx__ is in the vocabulary"):
+    with pytest.raises(SettingsError, match=r"--teacher-tgt-lang xx: not a language code of teacher .*; give one of "
+                                            r"its tokenizer's 100 codes: af, am, ar"):
         run("m2m100", teacher_tgt_lang="xx")
+    with pytest.raises(SettingsError, match=r"--teacher-tgt-lang xx: neither __xx__ nor a language token xx is in"):
+        run("m2m100-ct2", teacher_tgt_lang="xx")
     with pytest.raises(SettingsError, match=r"translates one language pair: drop --teacher-src-lang"):
         run("marian", teacher_src_lang="en", teacher_tgt_lang="de")
     with pytest.raises(SettingsError, match=r"drop --backend fairseq"):
@@ -260,6 +300,70 @@ def test_settings_that_do_not_fit_are_refused(teachers, tiny_en_de, tmp_path):
     with pytest.raises(SettingsError, match=r"model_type 'bert' is not supported; supported: marian"):
         distill(published({"odd": tmp_path / "odd"}, "odd", tiny_en_de, tmp_path / "z"))
     assert not any((tmp_path / n).exists() for n in "xyz")
+
+
+def test_tracebacks_are_one_line_errors_naming_the_fix(teachers, tiny_en_de, tmp_path, capsys):
+    """Exit status 2 and one line that names the fix: a Hugging Face folder with the weights alone (no
+    tokenizer files); a language code that is a plain piece of the vocabulary (a), in a Hugging Face and in a
+    CTranslate2 folder."""
+    from nat_kd.generate_distilled import main
+
+    weights = tmp_path / "weights-only"
+    weights.mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        shutil.copy(teachers["marian"] / name, weights)
+
+    def error(folder, *codes) -> str:
+        code = main(["--teacher-path", str(folder), *codes, "--prepared", str(tiny_en_de), "--split", "valid",
+                     "--ct2-cache", str(tmp_path / "cache"), "--out", str(tmp_path / "o"), "--no-progress-bar"])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err, err
+        return err.strip().splitlines()[-1]
+
+    assert error(weights) == (f"error: teacher {weights} has the model's weights but none of its tokenizer's files "
+                              "(source.spm, target.spm, vocab.json): copy them into the folder from where the model "
+                              "came from (tokenizer.save_pretrained(FOLDER) writes them)")
+    languages = ("--teacher-src-lang", "a", "--teacher-tgt-lang", "de")
+    assert error(teachers["m2m100"], *languages) == (
+        f"error: --teacher-src-lang a: not a language code of teacher {teachers['m2m100']} (a is a piece of its "
+        "vocabulary, not a language); give one of its tokenizer's 100 codes: af, am, ar, ast, az, ba, be, bg, ...")
+    assert error(teachers["m2m100-ct2"], *languages) == (
+        f"error: --teacher-src-lang a: neither __a__ nor a language token a is in the vocabulary of teacher "
+        f"{teachers['m2m100-ct2']} (a is a piece of its sentencepiece model, not a language); give one of its "
+        "language codes")
+    assert not (tmp_path / "o").exists()
+
+
+def test_ctranslate2_model_with_fewer_positions(teachers, tiny_en_de, tmp_path, monkeypatch):
+    """A converted MarianMT with 64 positions, fewer than the 512 a CTranslate2 folder was taken to have: its
+    model.bin records them, so the generator cuts the sources and outputs there (as for a Hugging Face folder's
+    max_position_embeddings) instead of CTranslate2 failing mid-run. Where the folder did not record them,
+    CTranslate2's error becomes the --max-len-b to pass."""
+    from ctranslate2.converters import TransformersConverter
+
+    from nat_kd.distill import teachers as published_teachers
+
+    hf, folder = tmp_path / "marian64", tmp_path / "marian64-ct2"
+    shutil.copytree(teachers["marian"], hf)
+    config = transformers.MarianConfig.from_pretrained(str(hf))
+    transformers.MarianMTModel(tiny(transformers.MarianConfig, config.vocab_size, positions=64, **{
+        k: getattr(config, k) for k in ("pad_token_id", "eos_token_id", "decoder_start_token_id",
+                                        "forced_eos_token_id")})).save_pretrained(hf)
+    TransformersConverter(str(hf)).convert(str(folder))
+    for name in ("source.spm", "target.spm"):
+        shutil.copy(hf / name, folder)
+
+    result = distill(published({"ct2": folder}, "ct2", tiny_en_de, tmp_path / "o", strategy="greedy",
+                               max_len_b=200))
+    assert result.meta["teacher"]["max_positions"] == [64, 64]
+    lengths = [len(line.split()) for line in lines(result.out_dir / "spm" / "train.de")]
+    assert max(lengths) == 63  # the random teacher runs on to the limit: 63 tokens and EOS
+    assert result.meta["truncated_source_lines"]
+    monkeypatch.setattr(published_teachers, "model_positions", lambda model_bin: None)
+    with pytest.raises(SettingsError, match=r"has 64 positions \(CTranslate2: No position encodings are defined "
+                                            r"for positions >= 64.*\): pass --max-len-b 63 or less, and cut sources "
+                                            r"longer than 64 tokens"):
+        distill(published({"ct2": folder}, "ct2", tiny_en_de, tmp_path / "p", strategy="greedy", max_len_b=200))
 
 
 def test_worker_processes_keep_fairseqs_info_lines_quiet(teachers, tiny_en_de, tmp_path):

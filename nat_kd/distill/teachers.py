@@ -11,7 +11,10 @@
 Either way the teacher reads and writes its own tokens: the Hugging Face tokenizer (AutoTokenizer) of the
 folder, or the sentencepiece models of a CTranslate2 folder. Multilingual teachers take language codes (NLLB:
 eng_Latn, deu_Latn; M2M100: en, de): the source starts with the source language's token, as the teacher's
-tokenizer writes it, and decoding starts from the target language's token (CTranslate2's target prefix).
+tokenizer writes it, and decoding starts from the target language's token (CTranslate2's target prefix). The
+token is the tokenizer's own (M2M100: __de__, never the plain piece de that its vocabulary also holds); a
+CTranslate2 folder has no such tokenizer: there it is __de__, else the code itself (NLLB), and never a piece
+that its sentencepiece models write for text.
 Inside the generator the teacher's tokens are ids of a fairseq Dictionary built from its vocabulary, so the
 corpus, the batching and the output work as for a fairseq teacher.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import struct
 from pathlib import Path
 
 from nat_kd import atomic
@@ -31,9 +35,17 @@ logger = logging.getLogger("nat_kd.generate_distilled")
 MODEL_TYPES = {"marian": "MarianMT", "m2m_100": "M2M100 or NLLB"}
 MULTILINGUAL = ("m2m_100",)
 SHARED_SENTENCEPIECE = ("sentencepiece.bpe.model", "sentencepiece.model", "spm.model")
-# a CTranslate2 folder does not say how many positions its model has: the fewest of the supported families
-# (MarianMT's 512; M2M100 and NLLB have 1024), so that no source runs past them
+# the vocabulary files of each model type's tokenizers (MarianTokenizer; M2M100Tokenizer, NLLB's tokenizers):
+# a folder with none of them has the weights alone
+TOKENIZER_FILES = {"marian": ("source.spm", "target.spm", "vocab.json"),
+                   "m2m_100": ("sentencepiece.bpe.model", "vocab.json", "tokenizer.json")}
+# a CTranslate2 model.bin without a position table (CTranslate2 then computes sinusoidal positions itself), or
+# in a format model_positions does not read: the fewest of the supported families (MarianMT's 512; M2M100 and
+# NLLB have 1024), so that no source runs past them
 DEFAULT_MAX_POSITIONS = 512
+# model.bin's versions whose variables model_positions reads: a name, rank, shape, type and byte count each since
+# version 4 (CTranslate2's models/model.cc); CTranslate2 4.x writes 6
+MODEL_BIN_VERSIONS = range(4, 7)
 
 
 def is_published(path: str | Path) -> bool:
@@ -67,6 +79,33 @@ def _vocabulary(model_dir: Path, side: str) -> list[str]:
                         "target_vocabulary.json): is it a complete CTranslate2 translation model?")
 
 
+def model_positions(model_bin: Path) -> int | None:
+    """The positions of a CTranslate2 model: the rows of its smallest position table in ``model_bin`` (a
+    converted MarianMT or M2M100 stores its own), or None if it holds none or has another version.
+
+    The layout is CTranslate2's ModelSpec._serialize: version, spec name, revision, then each variable as
+    name, rank, shape, type, byte count and bytes. Only the headers are read: the bytes are skipped."""
+    def number(file, fmt: str) -> int:
+        return struct.unpack(fmt, file.read(struct.calcsize(fmt)))[0]
+
+    def string(file) -> str:
+        return file.read(number(file, "H"))[:-1].decode("utf-8")
+
+    rows = []
+    with open(model_bin, "rb") as file:
+        if number(file, "I") not in MODEL_BIN_VERSIONS:
+            return None
+        string(file), number(file, "I")  # the spec's name and revision
+        for _ in range(number(file, "I")):
+            name = string(file)
+            shape = [number(file, "I") for _ in range(number(file, "B"))]
+            number(file, "B")  # the type
+            file.seek(number(file, "I"), 1)
+            if name.endswith("position_encodings/encodings") and len(shape) == 2:
+                rows.append(shape[0])
+    return min(rows, default=None)
+
+
 def _dictionary(tokens: list[str]):
     """A fairseq Dictionary over ``tokens`` (its <s>, <pad>, </s>, <unk> merge with fairseq's own)."""
     from fairseq.data import Dictionary
@@ -75,6 +114,12 @@ def _dictionary(tokens: list[str]):
     for token in tokens:
         dictionary.add_symbol(token)
     return dictionary
+
+
+def _sentencepiece(path: Path):
+    import sentencepiece
+
+    return sentencepiece.SentencePieceProcessor(model_file=str(path))
 
 
 def _transformers():
@@ -113,14 +158,24 @@ class PublishedTeacher:
         self.sha256 = folder_sha256(self.path)
         if (self.path / "model.bin").is_file():
             self.kind, self.model_type, self.model_dir = "ctranslate2", None, self.path
-            config = {}
+            self.sentencepiece_files = self._sentencepiece_files()
+            self.sentencepiece = [_sentencepiece(p) for p in self.sentencepiece_files]
+            # what the sentencepiece models write for text; the vocabulary's other tokens are special (EOS,
+            # <unk>, language tokens, M2M100's made-up words), as they are to a Hugging Face tokenizer
+            self.text_pieces = {model.id_to_piece(i) for model in self.sentencepiece
+                                for i in range(model.get_piece_size())
+                                if not (model.is_unknown(i) or model.is_control(i))}
+            positions = model_positions(self.model_dir / "model.bin") or DEFAULT_MAX_POSITIONS
         elif (self.path / "config.json").is_file():
             config = _read_json(self.path / "config.json", "Hugging Face model configuration")
             self.kind, self.model_type = "transformers", config.get("model_type")
             if self.model_type not in MODEL_TYPES:
                 raise SettingsError(f"{self.path / 'config.json'}: model_type {self.model_type!r} is not supported; "
                                     f"supported: {', '.join(f'{k} ({v})' for k, v in MODEL_TYPES.items())}")
+            # before the conversion, which loads the tokenizer too and fails less clearly
+            self.tokenizer = self._tokenizer()
             self.model_dir = self._converted(Path(cache))
+            positions = config.get("max_position_embeddings", DEFAULT_MAX_POSITIONS)
         else:
             raise SettingsError(f"--teacher-path {self.path} is a folder without model.bin (CTranslate2) or "
                                 "config.json (Hugging Face): give a fairseq checkpoint or one of those folders")
@@ -130,7 +185,6 @@ class PublishedTeacher:
         vocabularies = (_vocabulary(self.model_dir, "source"), _vocabulary(self.model_dir, "target"))
         self.src_dict, self.tgt_dict = (_dictionary(v) for v in vocabularies)
         self.source_prefix, self.target_prefix = self._language_tokens(*vocabularies)
-        positions = config.get("max_position_embeddings", DEFAULT_MAX_POSITIONS)
         self.max_positions = (positions, positions)
         self.codecs = self._transformers_codecs() if self.kind == "transformers" else self._sentencepiece_codecs()
         self.dict_dir = self._dictionaries(Path(cache))
@@ -178,7 +232,7 @@ class PublishedTeacher:
 
     def _language_tokens(self, source_vocabulary: list[str], target_vocabulary: list[str]):
         """The source's first token and the target prefix: a language code's token (NLLB: the code itself,
-        M2M100: __code__), or none for a bilingual teacher."""
+        M2M100: __code__), or none for a bilingual teacher (see the module doc)."""
         src, tgt = self.codes
         if self.kind == "transformers" and not self.multilingual:
             if src or tgt:
@@ -191,22 +245,50 @@ class PublishedTeacher:
             raise SettingsError(f"teacher {self.path} is multilingual: give --teacher-src-lang and "
                                 "--teacher-tgt-lang (e.g. eng_Latn and deu_Latn for NLLB, en and de for M2M100)")
 
-        def token(code: str, vocabulary: list[str], flag: str) -> str:
-            for candidate in (code, f"__{code}__"):
-                if candidate in vocabulary:
-                    return candidate
-            raise SettingsError(f"{flag} {code}: neither {code} nor __{code}__ is in the vocabulary of teacher "
-                                f"{self.path}; give one of its language codes")
+        if self.kind == "transformers":
+            tokens = [self._tokenizer_language(src, "--teacher-src-lang"),
+                      self._tokenizer_language(tgt, "--teacher-tgt-lang")]
+            # the tokenizer writes the source language's token itself, and the target's in a reference
+            self.tokenizer.src_lang, self.tokenizer.tgt_lang = src, tgt
+            return [tokens[0]], [tokens[1]]
+        return ([self._vocabulary_language(src, source_vocabulary, "--teacher-src-lang")],
+                [self._vocabulary_language(tgt, target_vocabulary, "--teacher-tgt-lang")])
 
-        return ([token(src, source_vocabulary, "--teacher-src-lang")],
-                [token(tgt, target_vocabulary, "--teacher-tgt-lang")])
+    def _tokenizer_language(self, code: str, flag: str) -> str:
+        """The language token of ``code`` as the tokenizer defines it: M2M100's maps its codes to tokens
+        (lang_code_to_id, get_lang_token: de -> __de__), NLLB's codes are its additional special tokens."""
+        tokenizer = self.tokenizer
+        if hasattr(tokenizer, "lang_code_to_id"):
+            codes, token = list(tokenizer.lang_code_to_id), tokenizer.get_lang_token
+        else:
+            codes, token = list(tokenizer.additional_special_tokens), str
+        if code not in codes:
+            piece = f" ({code} is a piece of its vocabulary, not a language)" if code in tokenizer.get_vocab() else ""
+            raise SettingsError(f"{flag} {code}: not a language code of teacher {self.path}{piece}; give one of "
+                                f"its tokenizer's {len(codes)} codes: {', '.join(codes[:8])}, ...")
+        return token(code)
+
+    def _vocabulary_language(self, code: str, vocabulary: list[str], flag: str) -> str:
+        """The language token of ``code`` in a CTranslate2 folder's vocabulary: __code__ (M2M100), else the
+        code (NLLB); never a piece that the sentencepiece models write for text."""
+        for candidate in (f"__{code}__", code):
+            if candidate in vocabulary and candidate not in self.text_pieces:
+                return candidate
+        piece = f" ({code} is a piece of its sentencepiece model, not a language)" if code in vocabulary else ""
+        raise SettingsError(f"{flag} {code}: neither __{code}__ nor a language token {code} is in the vocabulary "
+                            f"of teacher {self.path}{piece}; give one of its language codes")
+
+    def _tokenizer(self):
+        """The folder's AutoTokenizer (the codes are set once checked: _language_tokens)."""
+        files = TOKENIZER_FILES[self.model_type]
+        if not any((self.path / name).is_file() for name in files):
+            raise SettingsError(f"teacher {self.path} has the model's weights but none of its tokenizer's files "
+                                f"({', '.join(files)}): copy them into the folder from where the model came from "
+                                "(tokenizer.save_pretrained(FOLDER) writes them)")
+        return _transformers().AutoTokenizer.from_pretrained(str(self.path))
 
     def _transformers_codecs(self) -> tuple[Codec, Codec]:
-        AutoTokenizer = _transformers().AutoTokenizer
-
-        # M2M100's and NLLB's tokenizers take the codes as the user gives them (en; eng_Latn)
-        kwargs = {"src_lang": self.codes[0], "tgt_lang": self.codes[1]} if self.multilingual else {}
-        self.tokenizer = tokenizer = AutoTokenizer.from_pretrained(str(self.path), **kwargs)
+        tokenizer = self.tokenizer
 
         def tokens(ids: list[int]) -> str:
             pieces = tokenizer.convert_ids_to_tokens(ids)
@@ -220,30 +302,28 @@ class PublishedTeacher:
         return (Codec(lambda line: tokens(tokenizer(line).input_ids), decode),
                 Codec(lambda line: tokens(tokenizer(text_target=line).input_ids), decode))
 
-    def _sentencepiece_codecs(self) -> tuple[Codec, Codec]:
-        import sentencepiece
-
+    def _sentencepiece_files(self) -> list[Path]:
+        """The source's and the target's sentencepiece model beside model.bin."""
         pair = [self.path / "source.spm", self.path / "target.spm"]
-        if not all(p.is_file() for p in pair):
-            shared = [self.path / name for name in SHARED_SENTENCEPIECE if (self.path / name).is_file()]
-            if not shared:
-                raise SettingsError(f"teacher {self.path}: no sentencepiece model beside model.bin (source.spm and "
-                                    f"target.spm, or one of {', '.join(SHARED_SENTENCEPIECE)})")
-            pair = [shared[0], shared[0]]
-        self.tokenizer_files = [str(p) for p in pair]
-        models = [sentencepiece.SentencePieceProcessor(model_file=str(p)) for p in pair]
-        skipped = {self.eos, "<s>", "<pad>", "<unk>", *self.source_prefix, *self.target_prefix}
+        if all(p.is_file() for p in pair):
+            return pair
+        shared = [self.path / name for name in SHARED_SENTENCEPIECE if (self.path / name).is_file()]
+        if not shared:
+            raise SettingsError(f"teacher {self.path}: no sentencepiece model beside model.bin (source.spm and "
+                                f"target.spm, or one of {', '.join(SHARED_SENTENCEPIECE)})")
+        return [shared[0], shared[0]]
 
+    def _sentencepiece_codecs(self) -> tuple[Codec, Codec]:
         def decode(line: str) -> str:
-            # fairseq's (and Hugging Face's) reading of pieces: "▁" starts a word. Not the model's
-            # decode_pieces, which keeps the "▁" of a piece it does not know: a shared vocabulary holds the
-            # other language's pieces too
-            return "".join(t for t in line.split() if t not in skipped).replace("▁", " ").strip()
+            # fairseq's (and Hugging Face's) reading of pieces: "▁" starts a word; special tokens are left out
+            # (the tokenizer's skip_special_tokens). Not the model's decode_pieces, which keeps the "▁" of a
+            # piece it does not know: a shared vocabulary holds the other language's pieces too
+            return "".join(t for t in line.split() if t in self.text_pieces).replace("▁", " ").strip()
 
         def codec(model, prefix: list[str]) -> Codec:
             return Codec(lambda line: " ".join(prefix + model.encode(line, out_type=str)), decode)
 
-        return codec(models[0], self.source_prefix), codec(models[1], self.target_prefix)
+        return codec(self.sentencepiece[0], self.source_prefix), codec(self.sentencepiece[1], self.target_prefix)
 
     # -- what the generator records ------------------------------------------------------------------------------
 
@@ -262,8 +342,8 @@ class PublishedTeacher:
                          converter="ctranslate2.converters.TransformersConverter",
                          converter_version=ctranslate2.__version__, transformers_version=transformers.__version__)
         else:
-            about.update(tokenizer="sentencepiece", tokenizer_files=self.tokenizer_files, converter=None,
-                         converter_version=None)
+            about.update(tokenizer="sentencepiece", tokenizer_files=[str(p) for p in self.sentencepiece_files],
+                         converter=None, converter_version=None)
         return about
 
     @property

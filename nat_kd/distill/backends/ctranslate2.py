@@ -26,6 +26,8 @@ sentence streams, another batch size gives other samples (docs/generate_distille
 from __future__ import annotations
 
 import logging
+import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from nat_kd import atomic
@@ -42,6 +44,8 @@ logger = logging.getLogger("nat_kd.generate_distilled")
 SAMPLING_STRATEGIES = ("sampling", "topk", "topp")
 REFUSED = "use --backend fairseq (the default), which decodes any fairseq model"
 CPU_SUB_BATCH_TOKENS = 2048  # faster than whole 12000-token batches on 2 cores (docs/generate_distilled.md)
+# CTranslate2's error for a position past the model's table (layers/common.cc)
+POSITIONS_ERROR = re.compile(r"No position encodings are defined for positions >= (\d+)")
 
 
 def check(settings: BackendSettings, teacher) -> None:
@@ -212,10 +216,27 @@ class CTranslate2Backend:
                        target_prefix=[self.target_prefix] * len(ids) if self.target_prefix else None)
         if self.sampling:
             self._ctranslate2.set_random_seed(batch_seed(self.seed, ids))
-            results = self._translator(self.files).translate_batch(source, **options)
+            with self.position_limit():
+                results = self._translator(self.files).translate_batch(source, **options)
         else:
             results = self.translator.translate_batch(source, asynchronous=True, **options)
         return PendingBatch(self, ids, results)
+
+    @contextmanager
+    def position_limit(self):
+        """CTranslate2's error for a model with fewer positions than the teacher was taken to have (a
+        CTranslate2 folder whose model.bin does not record them: teachers.DEFAULT_MAX_POSITIONS), as the
+        setting that avoids it."""
+        try:
+            yield
+        except RuntimeError as err:
+            found = POSITIONS_ERROR.search(str(err))
+            if found is None:
+                raise
+            positions = int(found.group(1))
+            raise SettingsError(f"teacher {self.model_dir} has {positions} positions (CTranslate2: {err}): pass "
+                                f"--max-len-b {positions - 1 - len(self.target_prefix)} or less, and cut sources "
+                                f"longer than {positions} tokens") from None
 
     def hypotheses(self, result) -> list[Hypothesis]:
         lenpen = self.options["length_penalty"]
@@ -238,5 +259,6 @@ class PendingBatch:
         self.backend, self.ids, self.results = backend, ids, results
 
     def result(self) -> list[tuple[int, list[Hypothesis]]]:
-        done = [r.result() if hasattr(r, "result") else r for r in self.results]
+        with self.backend.position_limit():
+            done = [r.result() if hasattr(r, "result") else r for r in self.results]
         return [(i, self.backend.hypotheses(r)) for i, r in zip(self.ids, done)]

@@ -4,7 +4,9 @@ compares the ctranslate2 backend with (not a backend of its own: CTranslate2 dec
 The same source tokens (the teacher tokenizer's, EOS included), the same beam size, length penalty and
 length limit, the n-best when the strategy reranks it. The limit is fairseq's: at most --max-len-b tokens,
 then EOS is forced (CTranslate2 stops there without it: the same tokens); a multilingual teacher's target
-language token is forced first and not counted. Beam search stops as fairseq's and
+language token is forced first and not counted. That token is the one transformers' documentation forces
+(M2M100: ``tokenizer.get_lang_id(code)``; NLLB: the code's id), read here from the tokenizer and never from
+the teacher's target prefix, so that a wrong prefix shows as disagreement. Beam search stops as fairseq's and
 CTranslate2's do, once the beam has its finished hypotheses (``early_stopping=True``).
 """
 from __future__ import annotations
@@ -51,8 +53,10 @@ class TransformersBackend:
                             max_new_tokens=min(s.max_len_b, teacher.max_positions[1] - 1) + 1 + len(prefix),
                             forced_eos_token_id=self.tokenizer.eos_token_id, min_new_tokens=1 + len(prefix),
                             output_scores=True, return_dict_in_generate=True)
-        if prefix:
-            self.options["forced_bos_token_id"] = self.tokenizer.convert_tokens_to_ids(prefix[0])
+        if teacher.multilingual:
+            code = teacher.codes[1]
+            self.options["forced_bos_token_id"] = self.tokenizer.get_lang_id(code) \
+                if hasattr(self.tokenizer, "get_lang_id") else self.tokenizer.convert_tokens_to_ids(code)
 
     def submit(self, ids: list[int]) -> DecodedBatch:
         return DecodedBatch(self.decode(ids))
