@@ -3,6 +3,7 @@
 CTranslate2 folder as OPUS-MT conversions ship it; distilled, checked against transformers' own generate,
 re-encoded into the student's vocabulary and trained on by a NAT student."""
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -115,7 +116,7 @@ def published(teachers, name, tiny_en_de, out, split="train", **kw):
 
 
 @pytest.mark.parametrize("name", ["marian", "m2m100"])
-def test_hugging_face_teacher_agrees_with_transformers_generate(teachers, tiny_en_de, tmp_path, name):
+def test_hugging_face_teacher_agrees_with_transformers_generate(teachers, tiny_en_de, tmp_path, name, caplog):
     """Beam 4 on the training split: the check against transformers' generate is recorded and (same model,
     same search) finds the same hypotheses; the output is line-aligned and detokenized by the teacher's own
     tokenizer; the model is converted once, then found in the cache."""
@@ -124,6 +125,7 @@ def test_hugging_face_teacher_agrees_with_transformers_generate(teachers, tiny_e
     out, meta = result.out_dir, result.meta
     check = meta["check_against_transformers"]
     assert check["sentences"] == TRAIN_LINES and check["identical_share"] >= 0.95, check
+    assert not low_agreement_warnings(caplog)
     assert lines(out / "train.en") == lines(tiny_en_de / "raw" / "train.en")
     pieces = lines(out / "spm" / "train.de")
     assert len(pieces) == len(lines(out / "train.de")) == TRAIN_LINES
@@ -166,10 +168,15 @@ def test_greedy_equals_transformers_generate_written_out(teachers, tiny_en_de, t
     assert lines(out / "spm" / "train.de")[:40] == expected
 
 
-def test_check_against_transformers_finds_a_wrong_language_token(teachers, tiny_en_de, tmp_path, monkeypatch):
+def low_agreement_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "usual causes" in r.getMessage()]
+
+
+def test_check_against_transformers_finds_a_wrong_language_token(teachers, tiny_en_de, tmp_path, monkeypatch,
+                                                                  caplog):
     """The check forces the target language's token as transformers' documentation does
     (tokenizer.get_lang_id), not the token the generator decodes from: a generator that started from the plain
-    piece de (as it once did) is caught: almost no hypothesis agrees. (Those
+    piece de (as it once did) is caught, almost no hypothesis agrees, and the warning names both tokens. (Those
     that agree are mostly the random teacher's repetitions, such as "j j j ...", whatever its first token.)"""
     from nat_kd.distill.teachers import PublishedTeacher
 
@@ -185,7 +192,30 @@ def test_check_against_transformers_finds_a_wrong_language_token(teachers, tiny_
     assert result.meta["teacher"]["target_prefix"] == ["de"]
     check = result.meta["check_against_transformers"]
     assert check["identical_share"] < 0.2, check
+    [warning] = low_agreement_warnings(caplog)
+    assert "CTranslate2 started from de, transformers from __de__" in warning
 
+
+def test_low_agreement_names_the_usual_causes(teachers, tiny_en_de, tmp_path, caplog):
+    """A MarianMT whose <pad> embedding is not zero: transformers starts the decoder from it, CTranslate2 from
+    zeros, and almost no hypothesis agrees. The warning names the usual causes, this model's <pad> among them."""
+    import torch
+
+    folder = tmp_path / "marian-pad"
+    shutil.copytree(teachers["marian"], folder)
+    model = transformers.MarianMTModel.from_pretrained(str(folder))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.get_decoder().embed_tokens.weight[model.config.decoder_start_token_id] = torch.randn(32)
+    model.save_pretrained(folder)
+    result = distill(published({"pad": folder}, "pad", tiny_en_de, tmp_path / "o", strategy="beam", beam=4,
+                               check_against_transformers=40))
+    check = result.meta["check_against_transformers"]
+    assert check["identical_share"] < 0.2, check
+    [warning] = low_agreement_warnings(caplog)
+    assert f"only {check['identical']} of 40 hypotheses are identical" in warning
+    assert "a non-zero <pad> embedding: CTranslate2 starts MarianMT's decoder from zeros" in warning
+    assert "(this model's is non-zero)" in warning and "a tokenizer that is not the model's" in warning
 
 
 @pytest.mark.parametrize("strategy, settings", [("beam", dict(beam=3)), ("greedy", {}), ("sampling", {}),

@@ -12,6 +12,9 @@ from .workers import ChunkDecoder, Session
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 BATCH_SENTENCES = 100
+# an identical share below this: the two do not decode the same model (rounding, float16 or int8 change some
+# hypotheses, not nearly all), and the warning names the usual causes
+LOW_AGREEMENT = 0.2
 REFERENCES = {"fairseq": FairseqBackend, "transformers": TransformersBackend}
 
 
@@ -58,4 +61,8 @@ def check_against(session: Session, reference: str, count: int, threads: int) ->
     logger.info("check against %s on %d sentences: %d identical (%.2f%%)%s", reference, len(ids), identical,
                 100 * result["identical_share"],
                 f", BLEU {result['bleu_difference']:+.2f} against {reference}" if "bleu_difference" in result else "")
+    if reference == "transformers" and result["identical_share"] < LOW_AGREEMENT:
+        logger.warning("only %d of %d hypotheses are identical to transformers' own: the two do not decode the same "
+                       "model. The usual causes: %s", identical, len(ids), "; ".join(backend.disagreement_causes(
+                           session.teacher)))
     return result

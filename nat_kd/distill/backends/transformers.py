@@ -58,6 +58,24 @@ class TransformersBackend:
             self.options["forced_bos_token_id"] = self.tokenizer.get_lang_id(code) \
                 if hasattr(self.tokenizer, "get_lang_id") else self.tokenizer.convert_tokens_to_ids(code)
 
+    def disagreement_causes(self, teacher) -> list[str]:
+        """What usually makes CTranslate2 decode a Hugging Face model otherwise than transformers does, each with
+        what this model and tokenizer show of it."""
+        tokenizer, config = self.tokenizer, self.model.config
+        causes = []
+        if teacher.model_type == "marian":
+            start = self.model.get_decoder().embed_tokens.weight[config.decoder_start_token_id]
+            causes.append(f"a non-zero <pad> embedding: CTranslate2 starts MarianMT's decoder from zeros, transformers "
+                          f"from the embedding of {tokenizer.convert_ids_to_tokens(config.decoder_start_token_id)} "
+                          f"(this model's is {'non-zero' if bool(start.any()) else 'zero'})")
+        causes.append(f"a tokenizer that is not the model's ({type(tokenizer).__name__} from the files in "
+                      f"{teacher.path}: they must be those the model was trained with)")
+        if teacher.multilingual:
+            forced = tokenizer.convert_ids_to_tokens(self.options["forced_bos_token_id"])
+            causes.append(f"the language tokens (--teacher-src-lang, --teacher-tgt-lang): CTranslate2 started from "
+                          f"{teacher.target_prefix[0]}, transformers from {forced}")
+        return causes
+
     def submit(self, ids: list[int]) -> DecodedBatch:
         return DecodedBatch(self.decode(ids))
 
