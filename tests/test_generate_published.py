@@ -147,10 +147,13 @@ def test_hugging_face_teacher_agrees_with_transformers_generate(teachers, tiny_e
 def test_greedy_equals_transformers_generate_written_out(teachers, tiny_en_de, tmp_path):
     """The reference spelled out here, without the toolkit: M2M100's greedy search by transformers, the target
     language token forced first, at most MAX_LEN tokens then EOS. The model's made-up words (ids past the
-    tokenizer's vocabulary, which calls them all <unk>) are named as in CTranslate2's vocabulary."""
+    tokenizer's vocabulary, which calls them all <unk>; the random teacher writes some) are named as in
+    CTranslate2's vocabulary."""
     import torch
 
-    out = distill(published(teachers, "m2m100", tiny_en_de, tmp_path / "g", strategy="greedy")).out_dir
+    result = distill(published(teachers, "m2m100", tiny_en_de, tmp_path / "g", strategy="greedy",
+                               check_against_transformers=TRAIN_LINES))
+    out = result.out_dir
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(teachers["m2m100"]), src_lang="en", tgt_lang="de")
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(str(teachers["m2m100"])).eval()
     source = lines(tiny_en_de / "raw" / "train.en")[:40]
@@ -166,6 +169,8 @@ def test_greedy_equals_transformers_generate_written_out(teachers, tiny_en_de, t
                   for i in generated]
         expected.append(" ".join(tokens[:tokens.index("</s>")] if "</s>" in tokens else tokens))
     assert lines(out / "spm" / "train.de")[:40] == expected
+    # so does the check, made-up words included: the same argmax, token by token
+    assert result.meta["check_against_transformers"]["identical"] == TRAIN_LINES
 
 
 def low_agreement_warnings(caplog) -> list[str]:

@@ -184,6 +184,7 @@ class PublishedTeacher:
         self.eos = self.ct2_config.get("eos_token", "</s>")
         vocabularies = (_vocabulary(self.model_dir, "source"), _vocabulary(self.model_dir, "target"))
         self.src_dict, self.tgt_dict = (_dictionary(v) for v in vocabularies)
+        self.target_vocabulary = vocabularies[1]  # the model's output ids' tokens
         self.source_prefix, self.target_prefix = self._language_tokens(*vocabularies)
         self.max_positions = (positions, positions)
         self.codecs = self._transformers_codecs() if self.kind == "transformers" else self._sentencepiece_codecs()

@@ -42,6 +42,8 @@ class TransformersBackend:
         self.check(settings, teacher)
         torch.set_num_threads(threads)
         self.torch, self.tokenizer = torch, teacher.tokenizer
+        # the output ids named as CTranslate2 names them: the tokenizer calls M2M100's made-up words <unk>
+        self.target_vocabulary = teacher.target_vocabulary
         self.model = AutoModelForSeq2SeqLM.from_pretrained(str(teacher.path)).eval()
         self.src_dict, self.source_tokens, self.eos = teacher.src_dict, inputs.source_tokens, teacher.eos
         self.nbest = strategy.beam_size if strategy.needs_reference else 1
@@ -98,5 +100,5 @@ class TransformersBackend:
         for sequence, score in zip(out.sequences.tolist(), scores):
             generated = sequence[self.skip:]
             end = next((k for k, t in enumerate(generated) if t in specials), len(generated))
-            hypotheses.append(Hypothesis(" ".join(tokenizer.convert_ids_to_tokens(generated[:end])), score))
+            hypotheses.append(Hypothesis(" ".join(self.target_vocabulary[t] for t in generated[:end]), score))
         return [(sentence_id, hypotheses[k * self.nbest:(k + 1) * self.nbest]) for k, sentence_id in enumerate(ids)]
