@@ -122,8 +122,10 @@ def already_done(out: DistilledSet, fingerprint: dict) -> dict | None:
 def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) -> Session:
     """The teacher and the corpus loaded, and every setting checked that can be before decoding: what each run
     refuses first, and a cluster driver before it submits its jobs (``check_backend`` False: on a machine
-    without the jobs' GPU, which the backend's check is about)."""
+    without the jobs' GPU, which the device's and the backend's checks are about)."""
     cfg.check()
+    if check_backend and cfg.fp16 and device == "cpu":
+        raise SettingsError("--fp16 runs the teacher in half precision on a GPU: add --device cuda")
     session = Session(cfg, device)
     if check_backend:
         backend_class(cfg.backend).check(session.backend_settings, session.teacher)
@@ -142,11 +144,9 @@ def distill(cfg: DistillConfig) -> DistillResult:
     started = time.perf_counter()
     device = choose_device(cfg)
     # a merge decodes no shard (a cluster's merge job runs on a CPU): the decoding device's checks are the shards'
-    if cfg.fp16 and device == "cpu" and not cfg.merge_only:
-        raise SettingsError("--fp16 runs the teacher in half precision on a GPU: add --device cuda")
+    session = open_session(cfg, device, check_backend=not cfg.merge_only)
     workers, threads = parallelism(cfg, device)
     num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
-    session = open_session(cfg, device, check_backend=not cfg.merge_only)
     backend = backend_class(cfg.backend)
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
