@@ -1017,3 +1017,28 @@ def test_the_family_table_finds_each_family_s_best_set_and_tests_the_others_agai
     assert "glat_ctc (n" not in correlations.split("\n\n")[0]
     assert paths["family_figure"].is_file() and paths["family_figure"].stat().st_size > 10_000
     assert family_section(replace(cfg, student_families=("nat",)), res, tmp_path, {}) == []
+
+
+def test_the_job_server_keeps_fairseqs_import_noise_off_the_terminal_and_its_info_lines_in_the_log(tiny_en_de,
+                                                                                                 tmp_path):
+    """A fresh driver's job server imports fairseq, whose text_to_speech task logs "Please install tensorboardX"
+    as it is imported; the driver's terminal shows nothing of it, and the job's log keeps fairseq-train's INFO
+    lines (its progress, which the study reads)."""
+    import subprocess
+    import sys
+
+    from conftest import MICRO_MODEL, ROOT
+
+    log = tmp_path / "train.log"
+    args = [str(tiny_en_de / "bin"), "--user-dir", str(ROOT / "fairseq_plugins"), "--arch", "kd_transformer_tiny",
+            *MICRO_MODEL, "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1024", "--max-update", "2",
+            "--required-batch-size-multiple", "1", "--save-dir", str(tmp_path / "ckpt"), "--no-save",
+            "--disable-validation", "--log-format", "simple", "--log-interval", "1", "--no-progress-bar"]
+    code = ("import sys; from pathlib import Path; from nat_kd.cli import setup_logging; setup_logging([]); "
+            "from nat_kd.study import fairseq_jobs; "
+            f"fairseq_jobs.run_logged('fairseq_cli.train', {args!r}, Path({str(log)!r}), 1)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tensorboardX" not in proc.stdout + proc.stderr
+    text = log.read_text()
+    assert "INFO:fairseq_cli.train:done training" in text and "num_updates 2" in text

@@ -31,7 +31,7 @@ from .config import ModelShape, Training
 ROOT = Path(__file__).resolve().parents[2]
 _MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distilled")
 _forkserver = multiprocessing.get_context("forkserver")
-_forkserver.set_forkserver_preload(["fairseq_plugins", __name__, *_MODULES])
+_forkserver.set_forkserver_preload(["nat_kd.study.job_server", "fairseq_plugins", __name__, *_MODULES])
 
 
 def _run_module(module: str, args: list[str], log: str, stdout: str | None, threads: int, done) -> None:
