@@ -1,0 +1,151 @@
+"""The study driver end to end: bundled profiles in miniature run on the first Multi30k lines, resumed, their
+results checked table by table. In files of their own so that the test workers run them side by side."""
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from nat_kd.study import config as study_config
+from nat_kd.study.plan import build_plan
+
+
+# ------------------------------------------------------------------ micro profile, end to end
+
+
+def _small_multi30k(folder: Path, train: int = 120, evaluation: int = 100) -> str:
+    """The first lines of each Multi30k split (all four languages): the end-to-end profiles decode the
+    validation and test sets several times, and their size, not the models', sets the tests' time."""
+    from nat_kd.corpus import data_dir, iter_lines
+
+    folder.mkdir()
+    for file in data_dir().iterdir():
+        split, lang = file.name.split(".")[:2]
+        if lang in ("en", "de", "fr", "cs"):
+            lines = list(itertools.islice(iter_lines(file), train if split == "train" else evaluation))
+            (folder / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(folder)
+
+
+def _run_profile(profile: str, tmp_path: Path, evaluation: int = 100):
+    """Run a bundled profile end to end on the first Multi30k lines; its folder, corpus, results folder,
+    results.md, step records and config, after checking that every planned step has a record."""
+    from nat_kd.study.__main__ import main
+
+    out = tmp_path / profile
+    corpus = _small_multi30k(tmp_path / "multi30k", evaluation=evaluation)
+    assert main([profile, "--out", str(out), "--data-dir", corpus]) == 0
+    results = out / "results"
+    steps = json.loads((results / "results.json").read_text())["steps"]
+    cfg = study_config.load(profile)
+    assert set(steps) == {s.name for s in build_plan(cfg, results)}
+    return out, corpus, results, (results / "results.md").read_text(), steps, cfg
+
+
+def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
+    from nat_kd.study.__main__ import main
+
+    out = tmp_path / "study"
+    corpus = _small_multi30k(tmp_path / "multi30k")
+    assert main(["micro", "--out", str(out), "--data-dir", corpus]) == 0
+    results = out / "results"
+    for figure in ["students_vs_teacher_capacity.png", "born_again.png", "analysis/complexity_vs_faithfulness.png",
+                   "modes/mode_mix.png"]:
+        assert (results / figure).stat().st_size > 10_000, figure  # a real PNG, not an empty file
+    text = (results / "results.md").read_text()
+    for title in ["## 1. Teachers", "## 2. Distilled", "## 3. NAT students", "## 4. Born-Again", "## 5. Multi-modality"]:
+        assert title in text
+    cfg = study_config.load("micro")
+    assert f"steps ran {cfg.jobs} at a time, 1 torch thread each" in text
+    # fairseq-train's own speed reports, each family from scratch, two rounds taking turns
+    speed = json.loads((results / "results.json").read_text())["steps"]["training_speed"]["result"]
+    assert [(r["family"], r["round"]) for r in speed["runs"]] == [("nat", 1), ("glat", 1), ("glat", 2), ("nat", 2)]
+    assert all(r["updates_per_second"] > 0 for r in speed["runs"]) and speed["ratio"]["nat"] == 1.0
+    assert "## Training speed" in text and "| glat |" in text.split("## Training speed", 1)[1]
+    data = json.loads((results / "results.json").read_text())
+    steps = data["steps"]
+    assert set(steps) == {s.name for s in build_plan(cfg, results)}
+    # every table cell that a step fills is filled: students x data, teachers, born-again
+    for name in ["real", "t1.beam", "t2.beam", "t2.sampling"]:
+        assert f"| {name} | {steps[f'student.nat.{name}']['result']['test_bleu']:.2f} |" in text
+    for t in cfg.teachers:
+        assert steps[f"teacher.{t.name}"]["result"]["parameters"] > 0
+    analysis = {row["name"]: row for row in steps["analysis"]["result"]["rows"]}
+    assert set(analysis) == {"real", "t1.beam", "t2.beam", "t2.sampling"}
+    assert analysis["real"]["faithfulness"] == pytest.approx(0.0, abs=1e-9)  # the real data against itself
+    modes = {row["name"]: row for row in steps["modes.analysis"]["result"]["rows"]}
+    assert modes["real training targets"]["argmax_share"] == pytest.approx({"de": 1 / 3, "fr": 1 / 3, "cs": 1 / 3})
+    # each distilled set is line-aligned with the training data it replaces
+    train = (Path(steps["prepare"]["result"]["dir"]) / "raw" / "train.de").read_text().count("\n")
+    for name in ["t1.beam", "t2.beam", "t2.sampling"]:
+        assert (Path(steps[f"distil.{name}"]["result"]["dir"]) / "train.de").read_text().count("\n") == train == 120
+    (results / "results.md").unlink()
+    capsys.readouterr()
+    # resumption: a second run finds every step done, runs none, and rewrites the results
+    assert main(["micro", "--out", str(out), "--data-dir", corpus]) == 0
+    assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
+    assert (results / "results.md").read_text() == text
+    # --results-only re-renders the tables from the records without running or checking any step
+    (results / "results.md").unlink()
+    assert main(["micro", "--out", str(out), "--data-dir", corpus, "--results-only"]) == 0
+    assert f"{len(steps)} of {len(steps)} steps done, none run" in capsys.readouterr().out
+    assert (results / "results.md").read_text() == text  # it names the command that runs the study
+    assert "Partial results" not in text
+    # rendered mid-run, the page names the steps still to run and leaves their cells empty
+    record = out / "steps" / "student.nat.t2.beam.json"
+    record.rename(record.with_suffix(".away"))
+    # as if killed in mid-curve: its work folder, begun with the same inputs, holds a learning curve
+    (out / "work" / "student.nat.t2.beam" / "curve.json").write_text('[{"updates": 1, "valid_bleu": 2.5}]')
+    assert main(["micro", "--out", str(out), "--data-dir", corpus, "--results-only"]) == 0
+    assert f"{len(steps) - 1} of {len(steps)} steps done, none run" in capsys.readouterr().out
+    partial = (results / "results.md").read_text()
+    assert (f"**Partial results**: {len(steps) - 1} of {len(steps)} steps done; still to run: "
+            "`student.nat.t2.beam` (measured to 1 update, best validation BLEU 2.50 at 1).") in partial
+    assert "| t2.beam | - |" in partial and "| t2.beam | - |" not in text
+
+
+# ------------------------------------------------------------------ kd-effect profile in miniature, end to end
+
+
+def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys):
+    from nat_kd.study.__main__ import main
+
+    out, corpus, results, text, steps, cfg = _run_profile("kd-effect-micro", tmp_path)
+    for figure in ["validation_bleu_curves.png", "complexity_faithfulness_detailed.png",
+                   "analysis/complexity_vs_faithfulness.png"]:
+        assert (results / figure).stat().st_size > 10_000, figure
+    sets = ["real", "converged.beam", "weak.beam"]
+    # students: a test BLEU in every cell, a curve for every student, chosen on validation BLEU
+    for data in sets:
+        cells = [f"{steps[f'student.{f}.{data}']['result']['test_bleu']:.2f}" for f in cfg.student_families]
+        assert f"| {data} | {' | '.join(cells)} |" in text
+        for family in cfg.student_families:
+            r = steps[f"student.{family}.{data}"]["result"]
+            assert [p["updates"] for p in r["curve"]] == [1] and r["checkpoint"].endswith("checkpoint_bleu_best.pt")
+            assert f"| {family} on {data} | {r['valid_bleu']:.2f} | 1 | 1 | no |" in text
+    teacher = steps["teacher.converged"]["result"]
+    updates = [p["updates"] for p in teacher["curve"]]
+    assert updates == list(range(1, len(updates) + 1)) and updates[-1] == teacher["updates_trained"] <= 2
+    assert teacher["valid_bleu"] == max(p["valid_bleu"] for p in teacher["curve"])
+    assert "curve" not in steps["teacher.weak"]["result"]  # the main job's teacher: fairseq's best checkpoint
+    # the detailed analysis: a filled row per set in each of its three tables
+    rows = {r["name"]: r for r in steps["analysis"]["result"]["rows"]}
+    assert set(rows) == set(sets)
+    real = rows["real"]
+    assert all(f == pytest.approx(0.0, abs=1e-9) for f in real["faithfulness_floors"].values())
+    assert real["missing_mass"] == 0.0 and real["faithfulness_interpolated"] > 0  # interpolation costs the real data too
+    from nat_kd.analysis.tokenizers import get_tokenizer
+
+    sources = (Path(steps["prepare"]["result"]["dir"]) / "raw" / "train.en").read_text().splitlines()
+    source_types = {w for line in get_tokenizer("13a", lowercase=True).corpus(sources) for w in line.split()}
+    assert sum(b["words"] for b in real["complexity_buckets"]) == len(source_types)  # each word in one bucket
+    for title in ["C(d) by source-word frequency", "F(d) against the smoothing", "The targets' surface"]:
+        section = text.split(title, 1)[1].split("###", 1)[0]
+        for name in sets:
+            line = next(row_line for row_line in section.splitlines() if row_line.startswith(f"| {name} |"))
+            assert "| - |" not in line, line
+    capsys.readouterr()
+    assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus, "--list"]) == 0
+    assert capsys.readouterr().out.split().count("done") == len(steps)
+    assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus]) == 0
+    assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
