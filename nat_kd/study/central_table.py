@@ -36,17 +36,17 @@ MEASURES = [("complexity", "C(d), paper (mean over types)"), ("complexity_token_
             ("length_ratio", "length ratio vs real")]
 
 
-def _measure(row: dict, key: str):
+def measure(row: dict, key: str):
     if key.startswith("bucket:"):
         bucket = key.split(":", 1)[1]
         return next((b["complexity"] for b in row.get("complexity_buckets", []) if b["bucket"] == bucket), None)
     return row.get(key)
 
 
-def _measures(rows: list[dict]) -> list[tuple[str, str]]:
+def data_measures(rows: list[dict]) -> list[tuple[str, str]]:
     buckets = [(f"bucket:{b['bucket']}", f"C(d), source words seen {b['bucket']}")
                for b in (rows[0].get("complexity_buckets", []) if rows else [])]
-    return [(k, label) for k, label in MEASURES + buckets if rows and all(_measure(r, k) is not None for r in rows)]
+    return [(k, label) for k, label in MEASURES + buckets if rows and all(measure(r, k) is not None for r in rows)]
 
 
 def _family(cfg: StudyConfig) -> str:
@@ -189,10 +189,10 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
                    else "(fewer than two seeds finished on any set)\n")]
     scored = [r for r in rows if r["test"] is not None]
     if len(scored) >= MIN_SETS_FOR_CORRELATION:
-        measures = _measures([r["analysis"] for r in scored])
+        measures = data_measures([r["analysis"] for r in scored])
         corr = []
         for key, label in measures:
-            rho, p = spearman([_measure(r["analysis"], key) for r in scored], [r["test"] for r in scored])
+            rho, p = spearman([measure(r["analysis"], key) for r in scored], [r["test"] for r in scored])
             corr.append((key, label, rho, p))
         corr.sort(key=lambda c: -abs(c[2]) if not math.isnan(c[2]) else 0)
         parts += [f"### Do the data measures predict the student? Spearman rank correlation with {family} test BLEU "
@@ -225,9 +225,9 @@ def predict_figure(rows: list[dict], family: str, path: Path, spread: dict[str, 
     fig, axes = plt.subplots(1, len(panels), figsize=(6.25 * len(panels), 4.2), squeeze=False)
     axes = axes[0]
     for ax, (key, title) in zip(axes, panels):
-        scatter_sets(ax, [(r["label"], _measure(r["analysis"], key), r["test"]) for r in rows])
+        scatter_sets(ax, [(r["label"], measure(r["analysis"], key), r["test"]) for r in rows])
         for i, r in enumerate(rows):
-            seeds, x = spread.get(r["label"], []), _measure(r["analysis"], key)
+            seeds, x = spread.get(r["label"], []), measure(r["analysis"], key)
             if len(seeds) >= 2 and x is not None:
                 ax.vlines(x, min(seeds), max(seeds), colors=set_style(i)["color"], linewidth=1.5, zorder=2)
         ax.set(xlabel=title, ylabel=f"{family} student test BLEU")

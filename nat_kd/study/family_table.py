@@ -16,7 +16,7 @@ from nat_kd.artifacts import PreparedCorpus
 from nat_kd.corpus import read_lines
 from nat_kd.markdown import cell, table
 
-from .central_table import (BOOTSTRAP_SAMPLES, MIN_SETS_FOR_CORRELATION, MIN_SETS_FOR_TABLE, _measure, _measures,
+from .central_table import (BOOTSTRAP_SAMPLES, MIN_SETS_FOR_CORRELATION, MIN_SETS_FOR_TABLE, measure, data_measures,
                             p_value_cell, paired_bootstrap, pooled_sd, seed_spread, spearman)
 from .config import StudyConfig
 from .plan import student_step
@@ -110,8 +110,8 @@ def _correlations(analysis: dict, grid: dict) -> list[tuple[str, dict]]:
     if not scored:
         return []
     out = []
-    for key, label in _measures(list(analysis.values())):
-        out.append((label, {f: spearman([_measure(analysis[s], key) for s in students],
+    for key, label in data_measures(list(analysis.values())):
+        out.append((label, {f: spearman([measure(analysis[s], key) for s in students],
                                         [students[s]["test_bleu"] for s in students])
                             for f, students in scored.items()}))
     return out
