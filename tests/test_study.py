@@ -816,6 +816,13 @@ def test_the_family_table_finds_each_family_s_best_set_and_tests_the_others_agai
     assert "glat_ctc (n" not in correlations.split("\n\n")[0]
     assert paths["family_figure"].is_file() and paths["family_figure"].stat().st_size > 10_000
     assert family_section(replace(cfg, student_families=("nat",)), res, tmp_path, {}) == []
+    # without the detailed analysis (the `cpu` profile's) there is no token-weighted C(d): the table, no figure
+    for row in res["analysis"]["rows"]:
+        del row["complexity_token_weighted"]
+    paths = {}
+    text = "\n".join(family_section(cfg, res, tmp_path / "plain", paths))
+    assert "| nat | 15.00 (-5.00, p" in text and "No figure of BLEU against token-weighted C(d)" in text
+    assert "family_figure" not in paths and not (tmp_path / "plain").exists()
 
 
 def test_the_job_server_keeps_fairseqs_import_noise_off_the_terminal_and_its_info_lines_in_the_log(tiny_en_de,

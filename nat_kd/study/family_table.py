@@ -98,6 +98,10 @@ def family_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
                          for label, c in correlations]),
                   f"With {MIN_SETS_FOR_CORRELATION} sets the smallest two-sided exact p is 2/4! = 0.083: a rank order "
                   "is reported, not claimed.\n"]
+    if not any(row.get(X_MEASURE[0]) is not None for row in analysis.values()):
+        parts.append("No figure of BLEU against token-weighted C(d): that measure comes with the detailed analysis "
+                     "(`[analysis] detailed = true`).\n")
+        return parts
     paths["family_figure"] = out / "family_bleu_vs_complexity.png"
     family_figure(cfg, analysis, grid, spreads, paths["family_figure"])
     parts.append(f"![student BLEU against token-weighted C(d), one line per family]({paths['family_figure'].name})\n")
@@ -124,7 +128,8 @@ def family_figure(cfg: StudyConfig, analysis: dict, grid: dict, spreads: dict, p
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     styles = ["-", "--", ":", "-."]
     for j, (family, students) in enumerate(grid.items()):
-        points = sorted((analysis[s][X_MEASURE[0]], students[s]["test_bleu"], s) for s in students)
+        points = sorted((analysis[s][X_MEASURE[0]], students[s]["test_bleu"], s) for s in students
+                        if analysis[s].get(X_MEASURE[0]) is not None)
         if not points:
             continue
         ax.plot([x for x, _, _ in points], [y for _, y, _ in points], linestyle=styles[j % len(styles)],
