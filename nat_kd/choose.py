@@ -17,6 +17,7 @@ import argparse
 import sys
 from contextlib import nullcontext
 from dataclasses import asdict
+from itertools import zip_longest
 from pathlib import Path
 
 from nat_kd import atomic
@@ -27,7 +28,7 @@ from nat_kd.errors import SettingsError
 from nat_kd.launch import ClusterConfig, add_launcher_arguments, read_cluster_file, sigterm_as_interrupt
 from nat_kd.markdown import cell, table
 
-# the `capacity` study's student recipe, in which the pilots' agreement was measured
+# the full training a pilot stands for: the `students` and `capacity` profiles' student recipe
 FINAL_UPDATES = 2000
 MEASURES = [("complexity", "C(d) paper", ".3f"), ("complexity_token_weighted", "C(d) token-weighted", ".3f"),
             ("faithfulness_interpolated", "F(d) interp.", ".3f"), ("reordering", "FRS", ".3f"),
@@ -79,27 +80,34 @@ def student_family(arch: str) -> str:
         return STUDENT_ARCHS[arch][0]
     students = sorted(a for a in STUDENT_ARCHS if a.endswith("_tiny"))
     if arch in ARCH_MODEL_REGISTRY:
-        raise SettingsError(f"--arch {arch} is not a NAT student (an autoregressive model?): choose trains NAT "
-                            f"students; give a kd_FAMILY_SIZE architecture, e.g. {', '.join(students)}")
+        from fairseq.models.nat import FairseqNATModel
+
+        what = ("a fairseq NAT model, not one of nat-kd's students" if issubclass(ARCH_MODEL_REGISTRY[arch],
+                FairseqNATModel) else "an autoregressive model, not a NAT student")
+        raise SettingsError(f"--arch {arch} is {what}: choose trains nat-kd's NAT students; give a kd_FAMILY_SIZE "
+                            f"architecture, e.g. {', '.join(students)}")
     raise SettingsError(f"--arch {arch}: no such architecture; give a kd_FAMILY_SIZE one, e.g. {', '.join(students)}")
 
 
 def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
     """A finished set that re-decodes the corpus's training sources, in the corpus's vocabulary."""
     candidate, (src, tgt) = DistilledSet(folder), corpus.language_pair()
+    if not folder.is_dir():
+        raise SettingsError(f"--candidates {folder}: no such folder; give the --out folder of "
+                            "nat_kd.generate_distilled or nat_kd.mix")
     if candidate.meta() is None:
         raise SettingsError(f"{folder}: no meta.json: not a finished nat_kd.generate_distilled or nat_kd.mix set "
                             "(an interrupted one: run its command again to finish it)")
-    theirs, ours = iter_lines(candidate.text("train", src)), iter_lines(corpus.raw("train", src))
-    for number, (a, b) in enumerate(zip(theirs, ours), 1):
+    theirs, ours = candidate.text("train", src), corpus.raw("train", src)
+    for number, (a, b) in enumerate(zip_longest(iter_lines(theirs), iter_lines(ours)), 1):
+        if a is None or b is None:
+            raise SettingsError(f"{theirs}:{number}: {'fewer' if a is None else 'more'} lines than {ours} (one of "
+                                f"them ends before line {number}): a candidate re-decodes this corpus's whole "
+                                "training split")
         if a != b:
-            raise SettingsError(f"{candidate.text('train', src)}:{number}: the source differs from "
-                                f"{corpus.raw('train', src)}:{number}: a candidate re-decodes this corpus's training "
-                                f"sources (generate_distilled --prepared {corpus.root})")
-    left = next(theirs, None) is not None, next(ours, None) is not None
-    if any(left):
-        raise SettingsError(f"{candidate.text('train', src)}: {'more' if left[0] else 'fewer'} lines than "
-                            f"{corpus.raw('train', src)}: a candidate re-decodes this corpus's whole training split")
+            raise SettingsError(f"{theirs}:{number}: the source differs from {ours}:{number}: a candidate "
+                                f"re-decodes this corpus's training sources (generate_distilled --prepared "
+                                f"{corpus.root})")
     for lang in (src, tgt):
         mine, real = candidate.bin.dictionary(lang), corpus.bin.dictionary(lang)
         if not mine.is_file() or mine.read_bytes() != real.read_bytes():

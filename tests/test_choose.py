@@ -94,6 +94,8 @@ def test_choose_ranks_pilots_on_every_candidate_and_the_real_data_and_resumes(co
 @pytest.mark.parametrize("breakage, message", [
     ("source", "train.en:5: the source differs from"),
     ("lines", "fewer lines than"),
+    ("one more line", "more lines than"),
+    ("missing", "no such folder; give the --out folder of nat_kd.generate_distilled or nat_kd.mix"),
     ("vocabulary", "another vocabulary (its teacher's); make it in the student's with generate_distilled "
                    "--student-data"),
     ("meta", "no meta.json: not a finished"),
@@ -108,6 +110,11 @@ def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_pa
     elif breakage == "lines":
         lines = (bad / "train.en").read_text(encoding="utf-8").splitlines()
         (bad / "train.en").write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
+    elif breakage == "one more line":  # a stray empty last line
+        with open(bad / "train.en", "a", encoding="utf-8") as handle:
+            handle.write("\n")
+    elif breakage == "missing":
+        shutil.rmtree(bad)
     elif breakage == "vocabulary":
         with open(bad / "bin" / "dict.de.txt", "a", encoding="utf-8") as handle:
             handle.write("__de__ 1\n")
@@ -121,7 +128,8 @@ def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_pa
 
 
 @pytest.mark.parametrize("arch, message", [
-    ("kd_transformer_tiny", "--arch kd_transformer_tiny is not a NAT student"),
+    ("kd_transformer_tiny", "--arch kd_transformer_tiny is an autoregressive model, not a NAT student"),
+    ("cmlm_transformer", "--arch cmlm_transformer is a fairseq NAT model, not one of nat-kd's students"),
     ("kd_gpt_tiny", "--arch kd_gpt_tiny: no such architecture"),
 ])
 def test_choose_refuses_an_autoregressive_or_unknown_student(corpus, candidates, tmp_path, capsys, arch, message):
