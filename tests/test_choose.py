@@ -169,6 +169,11 @@ def test_pilot_agreement_ranks_each_family_s_pilots_against_its_final_test_bleu(
     assert pilots.for_family("nat", 5000, path) == ([second], [250, 500])
     assert pilots.for_family("nat", 100, path) == ([], [250, 500])
     assert pilots.for_family("dat", 500, path) == ([], [])
+    # a student stopped early (after 250 updates) is no set a 500-update pilot could pick, nor its final best
+    records["distil.d"] = {"kind": "distil", "result": {"name": "d"}}
+    records["student.nat.d"] = _student("nat", "distil.d", [(250, 0.5)], 25.0)
+    at_500 = pilots.agreement("toy", records, budgets=(500,))[0]
+    assert (at_500["sets"], at_500["final_best"], at_500["regret"]) == (4, "real", 0.0)
 
 
 def test_choose_on_slurm_dry_run_gives_the_pilots_a_gpu_and_the_rest_none(corpus, candidates, tmp_path, capsys):

@@ -92,7 +92,7 @@ def family_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
     correlations = _correlations(analysis, grid)
     if correlations:
         families = [f for f in grid if f in correlations[0][1]]
-        parts += ["### Do the data measures predict each family's student? Spearman rho (exact p, two-sided)\n",
+        parts += ["### Do the data measures predict each family's student? Spearman rho (p, two-sided)\n",
                   table(["data measure"] + [f"{f} (n = {len(grid[f])})" for f in families],
                         [[label] + [f"{cell(c[f][0], '+.2f')} ({p_value_cell(c[f][1])})" for f in families]
                          for label, c in correlations]),

@@ -4,7 +4,7 @@ Every student trained with a validation-BLEU curve (curve.py) holds its pilots a
 N updates is the validation BLEU of a pilot trained N updates with the same recipe (the learning rate and the
 glancing schedule do not depend on the budget, and the chunks follow one uninterrupted run). For each study
 and student family, the sets' validation BLEU at N updates is ranked against their final test BLEU (Spearman,
-exact p over the n! orders) and the pilot's pick (its best set) is compared with the final best: the "regret"
+p over the n! orders, central_table.spearman) and the pilot's pick (its best set) is compared with the final best: the "regret"
 is the final test BLEU lost by training on the pilot's pick.
 
 Command line: ``python -m nat_kd.study.pilots RESULTS.json [...] --json OUT.json --markdown OUT.md`` over the
@@ -54,14 +54,15 @@ def agreement(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> li
     rows = []
     for family, students in sorted(students_by_family(records).items()):
         final = {label: r["test_bleu"] for label, r in students.items()}
-        best = max(final, key=final.get)
         for updates in budgets:
+            # the sets measured at this budget (a student stopped early has no later point): the pilot picks
+            # among them, and its pick is judged against the best of them
             pilot = {label: v for label, r in students.items() if (v := _at(r["curve"], updates)) is not None}
             if len(pilot) < MIN_SETS_FOR_CORRELATION:
                 continue
             labels = sorted(pilot)
             rho, p = spearman([pilot[x] for x in labels], [final[x] for x in labels])
-            pick = max(labels, key=pilot.get)
+            pick, best = max(labels, key=pilot.get), max(labels, key=final.get)
             rows.append({"study": study, "family": family, "sets": len(labels), "updates": updates,
                          "rho": None if math.isnan(rho) else round(rho, 4), "p": None if math.isnan(p) else p,
                          "pick": pick, "final_best": best, "regret": round(final[best] - final[pick], 2),
@@ -72,7 +73,7 @@ def agreement(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> li
 def markdown(rows: list[dict]) -> str:
     from .central_table import p_value_cell
 
-    return table(["study", "student", "sets", "pilot updates", "Spearman rho", "exact p (two-sided)",
+    return table(["study", "student", "sets", "pilot updates", "Spearman rho", "p (two-sided)",
                   "pilot's pick", "final best", "test BLEU lost"],
                  [[r["study"], r["family"], r["sets"], f"{r['updates']:,}", cell(r["rho"], "+.3f"),
                    p_value_cell(float("nan") if r["p"] is None else r["p"]), r["pick"], r["final_best"],
