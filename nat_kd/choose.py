@@ -147,9 +147,13 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
         steps.append(Step("analysis", "analysis", {"sets": sets, "details": ANALYSIS_DEFAULTS},
                           partial(analysis_step, prepare="prepare", sets=sets, src=src, tgt=tgt,
                                   out=str(out / "analysis"), details=ANALYSIS_DEFAULTS), ["prepare", *sets]))
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
+    # the final run's length reaches a pilot only through its glancing schedule: a family without glancing
+    # keeps its pilots whatever --final-updates says
+    anneal = round(args.final_updates * 2 / 3) if STUDENT_FAMILIES[family].glancing else 0
     training = Training(updates=args.updates, max_tokens=args.max_tokens, lr=args.lr, warmup=args.warmup,
-                        label_smoothing=args.label_smoothing, bleu_every=args.updates,
-                        glance_anneal_updates=round(args.final_updates * 2 / 3))
+                        label_smoothing=args.label_smoothing, bleu_every=args.updates, glance_anneal_updates=anneal)
     evaluation = {"beam": 1, "max_tokens": 8192, "max_len_a": 0.0, "max_len_b": 200, "splits": ["valid"]}
     for name, data in [("real", None), *((name, f"set.{name}") for name in candidates)]:
         settings = dict(prepare="prepare", data=data, arch=args.arch, shape=None, training=asdict(training),

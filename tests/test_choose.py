@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from nat_kd.choose import main
+from nat_kd.choose import main, student_family
 from nat_kd.study import pilots
 
 TRAIN = 203  # tiny_en_de's training pairs
@@ -137,6 +137,23 @@ def test_choose_refuses_an_autoregressive_or_unknown_student(corpus, candidates,
                  "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and message in err and "kd_glat_tiny" in err
+
+
+def test_only_a_glancing_student_s_pilots_depend_on_the_final_run_s_length(corpus, candidates, tmp_path):
+    """--final-updates sets the glancing schedule; vanilla NAT has none, so its pilots stay done."""
+    from nat_kd.artifacts import DistilledSet, PreparedCorpus
+    from nat_kd.choose import build_steps, parse_args
+
+    def pilot_settings(arch, final):
+        args = parse_args(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", arch,
+                           "--updates", "3", "--final-updates", str(final), "--out", str(tmp_path)])
+        steps = build_steps(args, PreparedCorpus(corpus), {"short": DistilledSet(candidates[0])},
+                            student_family(arch), tmp_path)
+        return [s.settings for s in steps if s.name.startswith("pilot.")]
+
+    assert pilot_settings("kd_nat_tiny", 6) == pilot_settings("kd_nat_tiny", 9000)
+    glat = pilot_settings("kd_glat_tiny", 6), pilot_settings("kd_glat_tiny", 9000)
+    assert [s["training"]["glance_anneal_updates"] for s in glat[0] + glat[1]] == [4, 4, 6000, 6000]
 
 
 def _student(family, data, curve, test):
