@@ -4,8 +4,8 @@ Every student trained with a validation-BLEU curve (curve.py) holds its pilots a
 N updates is the validation BLEU of a pilot trained N updates with the same recipe (the learning rate and the
 glancing schedule do not depend on the budget, and the chunks follow one uninterrupted run). For each study
 and student family, the sets' validation BLEU at N updates is ranked against their final test BLEU (Spearman,
-p over the n! orders, central_table.spearman) and the pilot's pick (its best set) is compared with the final best: the "regret"
-is the final test BLEU lost by training on the pilot's pick.
+with central_table.spearman's permutation p) and the pilot's pick (its best set) is compared with the final
+best: the "regret" is the final test BLEU lost by training on the pilot's pick.
 
 Command line: ``python -m nat_kd.study.pilots RESULTS.json [...] --json OUT.json --markdown OUT.md`` over the
 results.json of finished studies; ``nat_kd.choose`` reads the JSON it writes (AGREEMENT, in this package).
