@@ -7,7 +7,8 @@ training in the committed studies (``nat_kd.study.pilots``). The pilot is the fi
 the full recipe: the learning rate and the glancing schedule are those of a ``--final-updates`` run, so it
 is the very start of the training it stands for.
 
-Built on the study driver's steps (``nat_kd.study``): a killed run resumes where it stopped, ``--jobs``
+Built on the study driver's steps (``nat_kd.study``): a killed run resumes where it stopped, a larger
+``--updates`` continues the pilots of a smaller one, ``--jobs``
 pilots run side by side, and ``--launcher slurm`` makes each pilot a cluster job. Writes OUT/ranking.md and
 OUT/ranking.json; step records, logs and checkpoints go to OUT/steps, OUT/logs, OUT/work.
 """
@@ -44,7 +45,9 @@ def parse_args(argv):
                    help="candidate training sets: nat_kd.generate_distilled or nat_kd.mix output folders, made in "
                         "the corpus's vocabulary (with a published teacher: --student-data PREPARED)")
     p.add_argument("--arch", required=True, help="the NAT student: a kd_FAMILY_SIZE architecture, e.g. kd_glat_tiny")
-    p.add_argument("--updates", type=int, required=True, help="each pilot's budget in updates")
+    p.add_argument("--updates", type=int, required=True,
+                   help="each pilot's budget in updates; a larger one later continues the pilots where they "
+                        "stopped, a smaller one trains them again")
     p.add_argument("--out", required=True, help="the folder of the pilots and the ranking")
     p.add_argument("--final-updates", type=int, default=FINAL_UPDATES,
                    help=f"the full training the pilot stands for (default {FINAL_UPDATES}): glancing students "
@@ -158,8 +161,9 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
     for name, data in [("real", None), *((name, f"set.{name}") for name in candidates)]:
         settings = dict(prepare="prepare", data=data, arch=args.arch, shape=None, training=asdict(training),
                         nat_family=family, evaluation=evaluation, tgt=tgt, seed=args.seed)
+        # the budget is both keys (one measurement, at the pilot's end): a longer --updates continues the pilots
         steps.append(Step(f"pilot.{name}", "train", settings, partial(train_step, **settings),
-                          ["prepare"] + ([data] if data else [])))
+                          ["prepare"] + ([data] if data else []), budget=("updates", "bleu_every")))
     return steps
 
 
@@ -171,8 +175,8 @@ def ranking(records: dict, candidates: list[str], family: str, updates: int) -> 
     analysis = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
     rows = []
     for name in ["real", *candidates]:
-        pilot = records[f"pilot.{name}"]["result"]
-        rows.append({"set": name, "valid_bleu": pilot["valid_bleu"],
+        curve = records[f"pilot.{name}"]["result"]["curve"]  # a continued pilot's holds its shorter budgets
+        rows.append({"set": name, "valid_bleu": next(p["valid_bleu"] for p in curve if p["updates"] == updates),
                      **{key: analysis.get(name, {}).get(key) for key, _, _ in MEASURES}})
     rows.sort(key=lambda r: -r["valid_bleu"])
     agreement, measured = for_family(family, updates)

@@ -1,6 +1,7 @@
 """nat_kd.choose: pilots on two candidate sets and the real data, ranked, resumed; bad input refused up front;
 and the pilot agreement it reports (nat_kd.study.pilots) against hand-made curves."""
 import json
+import re
 import shutil
 
 import pytest
@@ -89,6 +90,20 @@ def test_choose_ranks_pilots_on_every_candidate_and_the_real_data_and_resumes(co
     assert main(argv) == 0  # everything done: nothing trains again, the same ranking
     assert capsys.readouterr().out == printed
     assert {f.name: f.read_text() for f in (out / "steps").iterdir()} == records
+
+    # a longer budget continues each pilot from its checkpoint at 3 updates, and ranks them at 6
+    longer = argv[:argv.index("--updates") + 1] + ["6"] + argv[argv.index("--updates") + 2:]
+    assert main(longer) == 0
+    rank = json.loads((out / "ranking.json").read_text())
+    for name in ("real", "short", "doubled"):
+        before = json.loads(records[f"pilot.{name}.json"])["result"]["curve"]
+        pilot = json.loads((out / "steps" / f"pilot.{name}.json").read_text())
+        curve = pilot["result"]["curve"]
+        assert [p["updates"] for p in curve] == [3, 6] and curve[0] == before[0] and pilot["runs"] == 2
+        assert next(r["valid_bleu"] for r in rank["rows"] if r["set"] == name) == curve[1]["valid_bleu"]
+        log = (out / "logs" / f"pilot.{name}.log").read_text()
+        assert log.count("No existing checkpoint found") == 1  # trained from scratch once
+        assert re.search(r"Loaded checkpoint \S+ \(epoch \d+ @ 3 updates\)", log)
 
 
 @pytest.mark.parametrize("breakage, message", [

@@ -188,9 +188,9 @@ def test_a_refused_submission_fails_its_step_while_the_running_jobs_finish_and_a
     plan = [Step("slow", "test", {}, partial(_wait_for_file, deps=[], value="s", flag=str(root / "go"))),
             Step("bad", "test", {}, partial(_write, deps=[], value="b"))]
 
-    def submit(executor, function, *args):
+    def submit(executor, function, *args, **kwargs):
         if args[1].name != "bad":
-            return real(executor, function, *args)
+            return real(executor, function, *args, **kwargs)
         from submitit.core.utils import FailedJobError
 
         while not (root / "starts.txt").exists():  # refused while the other job runs
@@ -688,6 +688,36 @@ def test_a_detached_job_reads_its_dependencies_records_when_it_starts(tmp_path, 
     record = StepJob()(str(root), plan[1], None, None, Resources(), "debug", 1, plan[:1])
     assert record["result"]["text"] == "21" and record["launcher"]["job_id"] == "7"
     assert Runner(root).states(plan) == {"a": "done", "b": "done", "c": "to run"}
+
+
+def _train(ctx, updates):
+    """A training whose work folder says how far it got (as a checkpoint would), continued from there."""
+    trained = ctx.work / "trained_to.txt"
+    start = int(trained.read_text()) if trained.is_file() else 0
+    trained.write_text(str(updates))
+    return {"start": start, "outputs": [str(trained)]}
+
+
+def _training(updates):
+    from functools import partial
+
+    return Step("t", "train", {"training": {"updates": updates}}, partial(_train, updates=updates),
+                budget=("updates",))
+
+
+def test_a_job_continues_a_training_whose_budget_grew(tmp_path, monkeypatch):
+    from nat_kd.study.cluster import StepJob
+
+    out = tmp_path / "study"
+
+    def started_at(updates):
+        runner = Runner(out, launcher=JobLauncher(out, "submitit-local", FAST))
+        return runner.run([_training(updates)])["t"]["result"]["start"]
+
+    assert started_at(3) == 0 and started_at(6) == 3 and started_at(4) == 0
+    # a job submitted by --detach, which works out its inputs when it starts, continues it too
+    monkeypatch.setenv("SUBMITIT_DEBUG_JOB_ID", "7")
+    assert StepJob()(str(out), _training(9), None, None, Resources(), "debug", 1, [])["result"]["start"] == 4
 
 
 def test_detach_dry_run_shows_each_jobs_dependencies(tmp_path, capsys):

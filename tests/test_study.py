@@ -280,6 +280,39 @@ def test_runner_wipes_a_work_folder_left_by_other_inputs(tmp_path):
     assert (tmp_path / "work" / "a" / "checkpoint_last.pt").exists()
 
 
+def test_a_training_continues_its_work_folder_when_only_its_budget_grows(tmp_path):
+    """A budgeted step (a training) keeps its work folder for a larger budget with the same other settings,
+    and continues it; a smaller budget or another setting wipes it, as a step without a budget always does."""
+
+    def training(updates, lr=1e-3, fail=False):
+        def run(ctx):
+            trained = ctx.work / "trained_to.txt"  # what a checkpoint_last.pt would say
+            start = int(trained.read_text()) if trained.is_file() else 0
+            trained.write_text(str(updates))
+            if fail:
+                raise RuntimeError("killed")
+            return {"start": start, "outputs": [str(trained)]}
+        return Step("a", "train", {"training": {"updates": updates, "lr": lr}}, run, budget=("updates",))
+
+    def start(step):
+        return Runner(tmp_path).run([step])["a"]["result"]["start"]
+
+    assert start(training(3)) == 0
+    assert start(training(6)) == 3  # continued from 3
+    assert start(training(6)) == 3  # done: the record's, nothing ran
+    assert start(training(4)) == 0  # fewer updates than trained: begun again
+    assert start(training(8, lr=2e-3)) == 0  # another learning rate: begun again
+    # a run of a larger budget killed midway is "begun" for a larger one still, resumed by it
+    with pytest.raises(StepError):
+        Runner(tmp_path).run([training(12, lr=2e-3, fail=True)])
+    assert Runner(tmp_path).states([training(16, lr=2e-3)]) == {"a": "begun"}
+    assert Runner(tmp_path).states([training(10, lr=2e-3)]) == {"a": "to run"}
+    assert start(training(16, lr=2e-3)) == 12
+    # without a budget, any other setting is other inputs
+    unbudgeted = Step("a", "train", {"training": {"updates": 20, "lr": 2e-3}}, training(20, lr=2e-3).run)
+    assert Runner(tmp_path).run([unbudgeted])["a"]["result"]["start"] == 0
+
+
 def test_records_say_how_the_steps_ran_and_the_results_report_it(tmp_path):
     from nat_kd.study.results import _layout
 

@@ -24,7 +24,7 @@ from nat_kd.hashing import sha256_json
 from nat_kd.launch import (ClusterConfig, LaunchError, Resources, Submitted, check_job, job_failure, make_executor,
                            sbatch_lines, sbatch_script, still_running, submission, tail, wait_for)
 
-from .steps import Runner, Step, StepError, execute
+from .steps import Runner, Step, StepError, execute, step_recipe
 
 logger = logging.getLogger("nat_kd.study")
 
@@ -76,7 +76,7 @@ class StepJob(submitit.helpers.Checkpointable):
     from its last checkpoint (a 300k-update training can outlast a partition's time limit)."""
 
     def __call__(self, root: str, step: Step, fingerprint: str | None, results: dict | None, resources: Resources,
-                 launcher: str, max_jobs: int, deps: list[Step] = ()) -> dict:
+                 launcher: str, max_jobs: int, deps: list[Step] = (), recipe: dict | None = None) -> dict:
         job_id = submitit.JobEnvironment().job_id
         if fingerprint is None:  # submitted by --detach before its dependencies ran: their records say now
             runner = Runner(Path(root))
@@ -88,9 +88,11 @@ class StepJob(submitit.helpers.Checkpointable):
             fingerprint, done = runner.current(step, records)
             if done is not None:  # done meanwhile (another run of the study)
                 return done
+            recipe = step_recipe(step, records)
             results = {name: record["result"] for name, record in records.items()}
         return execute(Path(root), step, fingerprint, results, jobs=max_jobs, threads=resources.cpus, job=resources,
-                       extra={"launcher": {"launcher": launcher, "job_id": job_id, "resources": asdict(resources)}})
+                       extra={"launcher": {"launcher": launcher, "job_id": job_id, "resources": asdict(resources)}},
+                       recipe=recipe)
 
 
 class JobLauncher:
@@ -124,7 +126,7 @@ class JobLauncher:
             try:
                 with submission():
                     job = executor.submit(StepJob(), str(self.root), step, fingerprint, results, resources,
-                                          self.launcher, self.max_jobs)
+                                          self.launcher, self.max_jobs, recipe=step_recipe(step, records))
             except LaunchError as err:  # this step fails; the jobs running go on (Runner.run collects them)
                 raise StepError(f"step {step.name} failed: {err}") from None
             Submitted(self.launcher, str(job.job_id), str(self.folder(step)), fingerprint).write(marker)

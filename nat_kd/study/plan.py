@@ -273,10 +273,10 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
     steps: list[Step] = []
     evaluation = dict(cfg.evaluation)
 
-    def add(step_name, kind, fn, deps=(), where: dict | None = None, **settings):
+    def add(step_name, kind, fn, deps=(), where: dict | None = None, budget=(), **settings):
         """``settings`` make the step's fingerprint; ``where`` (folders) only tells it where to read or
-        write, so moving the corpus or the study folder redoes nothing."""
-        steps.append(Step(step_name, kind, settings, partial(fn, **settings, **(where or {})), list(deps)))
+        write, so moving the corpus or the study folder redoes nothing; ``budget``: Step.budget."""
+        steps.append(Step(step_name, kind, settings, partial(fn, **settings, **(where or {})), list(deps), budget))
 
     def add_prepare(step_name, tgt, vocab_size, train_limit, own=None):
         from nat_kd.corpus import data_dir as raw_dir
@@ -303,9 +303,11 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
         # the seed and the glancing schedule are settings only when they are not the defaults, so the steps of
         # studies made before they were configurable keep their fingerprints
         training = {k: v for k, v in asdict(training).items() if k != "glance_anneal_updates" or v}
-        add(name, "train", train_step, [prepare] + ([data] if data else []), prepare=prepare, data=data, arch=arch,
-            shape=asdict(shape), training=training, nat_family=nat_family, evaluation=evaluation, tgt=tgt,
-            **({"seed": seed} if seed != 1 else {}))
+        # more updates later continue the training (its learning rate and glancing schedule do not depend on
+        # the budget), its curve's earlier points kept
+        add(name, "train", train_step, [prepare] + ([data] if data else []), budget=("updates",), prepare=prepare,
+            data=data, arch=arch, shape=asdict(shape), training=training, nat_family=nat_family,
+            evaluation=evaluation, tgt=tgt, **({"seed": seed} if seed != 1 else {}))
 
     add_prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit, cfg.corpus)
 

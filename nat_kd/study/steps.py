@@ -3,7 +3,8 @@
 A step's fingerprint hashes its kind, its settings and the fingerprints and output digests of the steps it
 depends on, so a changed setting redoes that step and everything downstream, and nothing else. A finished
 step leaves ``steps/NAME.json`` (fingerprint, result, wall time); its working folder ``work/NAME`` is wiped
-when the fingerprint changes, and kept otherwise, so a killed fairseq-train resumes from its last checkpoint.
+when the fingerprint changes, and kept otherwise, so a killed fairseq-train resumes from its last checkpoint;
+a training step's folder is also kept when only its budget grew, so a longer training continues the shorter.
 Independent steps run side by side (``jobs`` at a time), each with one torch thread: on a small CPU machine
 two single-threaded jobs get more done than one job with two threads. With a launcher (cluster.py) each
 step is a cluster job instead, running the same ``execute``.
@@ -42,6 +43,9 @@ class Step:
     settings: dict
     run: Callable[["StepContext"], dict]  # returns the step's result (JSON-able), incl. "outputs": [paths]
     deps: list[str] = field(default_factory=list)
+    # a training's budget: the keys of settings["training"] that may change while its work folder is kept, as
+    # long as "updates" does not shrink, so a longer budget continues from the last checkpoint
+    budget: tuple[str, ...] = ()
 
 
 def needed(steps: list[Step], names: list[str]) -> list[Step]:
@@ -84,6 +88,7 @@ class StepContext:
 
 
 FINGERPRINT = ".fingerprint"  # in a step's work folder: the inputs it was begun with
+RECIPE = ".recipe.json"  # in a budgeted step's work folder: its inputs but the budget, and the updates asked for
 WALL = ".wall.json"  # in a step's work folder: the wall time of its runs so far
 
 
@@ -124,26 +129,51 @@ class StepClock:
         self._save()
 
 
-def begun_with(work: Path, fingerprint: str) -> bool:
-    """Whether the step's work folder was begun with these inputs (so a run resumes what is there)."""
-    marker = work / FINGERPRINT
-    return marker.is_file() and marker.read_text() == fingerprint
+def step_fingerprint(step: Step, records: dict, settings: dict | None = None) -> str:
+    """The step's inputs: its kind, its ``settings`` (default: its own) and its dependencies' ``records``."""
+    upstream = [(d, records[d]["fingerprint"], records[d]["digest"]) for d in sorted(step.deps)]
+    return sha256_json({"version": STEP_VERSION, "kind": step.kind,
+                        "settings": step.settings if settings is None else settings, "upstream": upstream})
+
+
+def step_recipe(step: Step, records: dict) -> dict | None:
+    """A budgeted step's fingerprint without its budget, and the updates it asks for; None without one."""
+    if not step.budget:
+        return None
+    training = step.settings["training"]
+    settings = step.settings | {"training": {k: v for k, v in training.items() if k not in step.budget}}
+    return {"fingerprint": step_fingerprint(step, records, settings), "updates": training["updates"]}
+
+
+def begun_with(work: Path, fingerprint: str, recipe: dict | None = None) -> bool:
+    """Whether the step's work folder was begun with these inputs (so a run resumes what is there), or, for
+    a budgeted step (``recipe``: Runner.recipe), with the same inputs but a budget of no more updates (so a
+    run continues it)."""
+    marker, kept = work / FINGERPRINT, work / RECIPE
+    if marker.is_file() and marker.read_text() == fingerprint:
+        return True
+    if recipe is None or not kept.is_file():
+        return False
+    begun = json.loads(kept.read_text(encoding="utf-8"))
+    return begun["fingerprint"] == recipe["fingerprint"] and begun["updates"] <= recipe["updates"]
 
 
 def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: int, threads: int,
-            job: Resources | None = None, extra: dict | None = None) -> dict:
+            job: Resources | None = None, extra: dict | None = None, recipe: dict | None = None) -> dict:
     """Run one step in ``root``'s work/NAME and write its record steps/NAME.json; returns the record.
 
     A module-level function of picklable arguments: the driver runs it in a thread, a cluster job
     (nat_kd.study.cluster) in its own process, and either way the record is written by the step's own run,
     so a job whose driver has gone leaves its result where the next run finds it. ``extra`` goes into the
-    record (the job's id)."""
+    record (the job's id); ``recipe`` (Runner.recipe) lets a budgeted step continue a shorter run."""
     root = Path(root)
     work = root / "work" / step.name
-    if work.exists() and not begun_with(work, fingerprint):
+    if work.exists() and not begun_with(work, fingerprint, recipe):
         shutil.rmtree(work)  # made with other inputs: a resumed fairseq-train would continue the wrong run
     work.mkdir(parents=True, exist_ok=True)
     (work / FINGERPRINT).write_text(fingerprint)
+    if recipe is not None:
+        atomic.write_json(work / RECIPE, recipe)
     log = root / "logs" / f"{step.name}.log"
     context = StepContext(step, work, log, results, threads, job)
     try:
@@ -197,14 +227,9 @@ class Runner:
                 return found
         return record
 
-    def fingerprint(self, step: Step, records: dict) -> str:
-        upstream = [(d, records[d]["fingerprint"], records[d]["digest"]) for d in sorted(step.deps)]
-        return sha256_json({"version": STEP_VERSION, "kind": step.kind, "settings": step.settings,
-                            "upstream": upstream})
-
     def current(self, step: Step, records: dict) -> tuple[str, dict | None]:
         """The step's fingerprint on its dependencies' ``records``, and its record if that is up to date."""
-        fingerprint = self.fingerprint(step, records)
+        fingerprint = step_fingerprint(step, records)
         record = self._record(step.name, fingerprint)
         return fingerprint, record if self._up_to_date(record, fingerprint) else None
 
@@ -215,7 +240,7 @@ class Runner:
 
     def _execute(self, step: Step, fingerprint: str, records: dict) -> dict:
         return execute(self.root, step, fingerprint, {n: r["result"] for n, r in records.items()},
-                       jobs=self.jobs, threads=self.threads)
+                       jobs=self.jobs, threads=self.threads, recipe=step_recipe(step, records))
 
     def run(self, steps: list[Step]) -> dict[str, dict]:
         """Run every step whose inputs changed, dependencies first; returns name -> record."""
@@ -246,7 +271,7 @@ class Runner:
                     if failure or len(running) >= limit:
                         break
                     logger.info("start %s", step.name)
-                    running[pool.submit(start, step, self.fingerprint(step, records), dict(records))] = step
+                    running[pool.submit(start, step, step_fingerprint(step, records), dict(records))] = step
                     del pending[step.name]
                 if not running:
                     break
@@ -281,8 +306,8 @@ class Runner:
                 records[step.name] = record
                 states[step.name] = "done"
             else:
-                states[step.name] = "begun" if ready and begun_with(self.work_dir / step.name, fingerprint) \
-                    else "to run"
+                begun = ready and begun_with(self.work_dir / step.name, fingerprint, step_recipe(step, records))
+                states[step.name] = "begun" if begun else "to run"
         return states
 
     def status(self, steps: list[Step]) -> list[str]:
