@@ -6,8 +6,9 @@ Why chunks and not fairseq's ``--eval-bleu --patience``: the NAT students' task 
 validation by loss only, and one mechanism serves teachers and students alike, with the very BLEU the study
 reports (sacrebleu on detokenized output against the raw references). fairseq-train resumes each chunk from
 checkpoint_last.pt with its optimizer, learning-rate schedule and place in the data, and seeds every update
-by its number, so the chunks follow the path of one uninterrupted run. curve.json is rewritten after every
-measurement: a killed run resumes in the chunk it was in.
+by its number; it groups the sentences into batches anew when a chunk starts in a later epoch, so a chunked
+run is another draw than one uninterrupted run, not its path (docs/study.md, "Learning curves"). curve.json
+is rewritten after every measurement: a killed run resumes in the chunk it was in.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Every student trained with a validation-BLEU curve (curve.py) holds its pilots already: the curve's point at
 N updates is the validation BLEU of a pilot trained N updates with the same recipe (the learning rate and the
-glancing schedule do not depend on the budget, and the chunks follow one uninterrupted run). For each study
+glancing schedule do not depend on the budget; only the grouping of sentences into batches after a resumed
+chunk's first epoch is another draw, docs/study.md "Learning curves"). For each study
 and student family, the sets' validation BLEU at N updates is ranked against their final test BLEU (Spearman,
 with central_table.spearman's permutation p) and the pilot's pick (its best set) is compared with the final
 best: the "regret" is the final test BLEU lost by training on the pilot's pick.
