@@ -208,6 +208,21 @@ def test_pilot_agreement_ranks_each_family_s_pilots_against_its_final_test_bleu(
     assert (at_500["sets"], at_500["final_best"], at_500["regret"]) == (4, "real", 0.0)
 
 
+def test_the_committed_pilot_agreement_is_what_its_committed_studies_give():
+    """choose prints pilot_agreement.json: it must be the pilots command's output over the results it names,
+    each one committed (not a study folder on some machine)."""
+    from pathlib import Path
+
+    committed = json.loads(pilots.AGREEMENT.read_text(encoding="utf-8"))
+    root = Path(__file__).resolve().parents[1]
+    assert committed["sources"] and all(not Path(s).is_absolute() for s in committed["sources"])
+    rows = []
+    for source in committed["sources"]:
+        results = json.loads((root / source).read_text(encoding="utf-8"))
+        rows += pilots.agreement(results["profile"], results["steps"])
+    assert rows == committed["rows"]
+
+
 def test_choose_on_slurm_dry_run_gives_the_pilots_a_gpu_and_the_rest_none(corpus, candidates, tmp_path, capsys):
     cluster = tmp_path / "cluster.toml"
     cluster.write_text('[launcher]\npartition = "gpu"\ngpu_type = "a100"\n[resources.train]\nhours = 2\n')
