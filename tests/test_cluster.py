@@ -168,6 +168,12 @@ def test_a_detached_job_runs_on_and_the_next_run_collects_it(tmp_path):
     from nat_kd.study.cluster import job_notes
 
     assert job_notes(root, _slow_plan(root)) == {"slow": f"  (submitit-local job {job_pid} RUNNING)"}  # --list
+    # the step with other settings meanwhile: no second job in the same folder, the running one named
+    changed = [Step("slow", "test", {"value": 2}, _slow_plan(root)[0].run)]
+    with pytest.raises(StepError, match=f"step slow: submitit-local job {job_pid}, submitted by an earlier run "
+                                        "with other settings, is still queued or running"):
+        Runner(root, launcher=JobLauncher(root, "submitit-local", FAST)).run(changed)
+    assert _alive(job_pid) and (root / "starts.txt").read_text() == "slow\n"
     (root / "go").touch()  # the job finishes after its driver has gone
     runner = Runner(root, launcher=JobLauncher(root, "submitit-local", FAST))
     records = runner.run(_slow_plan(root))

@@ -149,12 +149,20 @@ class JobLauncher:
 
     def _queued(self, step: Step, fingerprint: str | None = None):
         """The job an earlier run submitted for ``step`` (on these inputs, or by --detach) if it is still queued
-        or running, else None."""
+        or running, else None; a StepError if one submitted with other settings is, since a second job would
+        work in the same folder (wiping it, or continuing the same training beside it)."""
         previous = Submitted.read(self.folder(step) / "submitted.json")
-        if previous is None or previous.launcher != self.launcher or previous.key not in (fingerprint, plan_key(step)):
+        if previous is None or previous.launcher != self.launcher:
             return None
         job = previous.job()
-        return job if still_running(job, self.launcher) else None
+        if not still_running(job, self.launcher):
+            return None
+        if previous.key not in (fingerprint, plan_key(step)):
+            raise StepError(f"step {step.name}: {self.launcher} job {job.job_id}, submitted by an earlier run with "
+                            "other settings, is still queued or running in its folder; wait for it to end or "
+                            f"cancel it{' (scancel ' + str(job.job_id) + ')' if self.launcher == 'slurm' else ''}, "
+                            "then run again")
+        return job
 
     def submit_plan(self, runner: Runner, steps: list[Step]) -> tuple[list[str], list[str]]:
         """--detach: every step that is not done as a job at once, each held in Slurm's queue until the jobs of
@@ -171,7 +179,11 @@ class JobLauncher:
                 failures.append(f"step {step.name} not submitted: it needs {', '.join(unsubmitted)}")
                 continue
             after = tuple(ids[d] for d in step.deps if d in ids)
-            job = self._queued(step)
+            try:
+                job = self._queued(step)
+            except StepError as err:
+                failures.append(str(err))
+                continue
             if job is not None:
                 ids[step.name] = str(job.job_id)
                 lines.append(f"{step.name}: {self.launcher} job {job.job_id} already in the queue")

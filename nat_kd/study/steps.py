@@ -147,7 +147,7 @@ def step_recipe(step: Step, records: dict) -> dict | None:
 
 def begun_with(work: Path, fingerprint: str, recipe: dict | None = None) -> bool:
     """Whether the step's work folder was begun with these inputs (so a run resumes what is there), or, for
-    a budgeted step (``recipe``: Runner.recipe), with the same inputs but a budget of no more updates (so a
+    a budgeted step (``recipe``: step_recipe), with the same inputs but a budget of no more updates (so a
     run continues it)."""
     marker, kept = work / FINGERPRINT, work / RECIPE
     if marker.is_file() and marker.read_text() == fingerprint:
@@ -165,7 +165,7 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
     A module-level function of picklable arguments: the driver runs it in a thread, a cluster job
     (nat_kd.study.cluster) in its own process, and either way the record is written by the step's own run,
     so a job whose driver has gone leaves its result where the next run finds it. ``extra`` goes into the
-    record (the job's id); ``recipe`` (Runner.recipe) lets a budgeted step continue a shorter run."""
+    record (the job's id); ``recipe`` (step_recipe) lets a budgeted step continue a shorter run."""
     root = Path(root)
     work = root / "work" / step.name
     if work.exists() and not begun_with(work, fingerprint, recipe):
