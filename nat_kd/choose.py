@@ -170,13 +170,14 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
 def ranking(records: dict, candidates: list[str], family: str, updates: int) -> dict:
     """The sets by their pilot's validation BLEU, best first, with their data measures and the agreement
     of this family's pilots with full training in the committed studies."""
+    from nat_kd.study.curve import bleu_at
     from nat_kd.study.pilots import for_family
 
     analysis = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
     rows = []
     for name in ["real", *candidates]:
         curve = records[f"pilot.{name}"]["result"]["curve"]  # a continued pilot's holds its shorter budgets
-        rows.append({"set": name, "valid_bleu": next(p["valid_bleu"] for p in curve if p["updates"] == updates),
+        rows.append({"set": name, "valid_bleu": bleu_at(curve, updates),
                      **{key: analysis.get(name, {}).get(key) for key, _, _ in MEASURES}})
     rows.sort(key=lambda r: -r["valid_bleu"])
     agreement, measured = for_family(family, updates)

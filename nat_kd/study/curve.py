@@ -46,6 +46,11 @@ def best_point(curve: list[dict]) -> dict | None:
     return max(curve, key=lambda p: p["valid_bleu"], default=None) if curve else None
 
 
+def bleu_at(curve: list[dict], updates: int) -> float | None:
+    """The validation BLEU measured after ``updates`` updates (None: not measured there)."""
+    return next((p["valid_bleu"] for p in curve if p["updates"] == updates), None)
+
+
 def out_of_patience(curve: list[dict], patience: int) -> bool:
     best = best_point(curve)
     return bool(patience and best is not None and len(curve) - 1 - curve.index(best) >= patience)

@@ -24,6 +24,8 @@ from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.errors import NatKdError
 from nat_kd.markdown import cell, table
 
+from .curve import bleu_at
+
 PILOT_UPDATES = (250, 500, 1000, 1500)
 AGREEMENT = Path(__file__).with_name("pilot_agreement.json")  # the committed studies' agreement, for nat_kd.choose
 
@@ -44,10 +46,6 @@ def students_by_family(records: dict[str, dict]) -> dict[str, dict[str, dict]]:
     return out
 
 
-def _at(curve: list[dict], updates: int) -> float | None:
-    return next((p["valid_bleu"] for p in curve if p["updates"] == updates), None)
-
-
 def agreement(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> list[dict]:
     """One row per family and pilot budget with at least MIN_SETS_FOR_CORRELATION sets measured there."""
     from .central_table import MIN_SETS_FOR_CORRELATION, spearman  # imports fairseq (after the logging set-up)
@@ -58,7 +56,7 @@ def agreement(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> li
         for updates in budgets:
             # the sets measured at this budget (a student stopped early has no later point): the pilot picks
             # among them, and its pick is judged against the best of them
-            pilot = {label: v for label, r in students.items() if (v := _at(r["curve"], updates)) is not None}
+            pilot = {label: v for label, r in students.items() if (v := bleu_at(r["curve"], updates)) is not None}
             if len(pilot) < MIN_SETS_FOR_CORRELATION:
                 continue
             labels = sorted(pilot)
