@@ -50,19 +50,29 @@ def write_json(path: str | os.PathLike, data) -> None:
 @contextmanager
 def building_directory(final: str | os.PathLike):
     """Yield a fresh temporary directory; on success it replaces ``final`` whole, on failure it is removed."""
-    final = Path(final)
+    final = Path(final).resolve()  # "." or "dir/..": their name is empty or not the folder's own
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
     try:
         yield tmp
+        _swap_in(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _swap_in(new: Path, final: Path) -> None:
+    """Rename the folder ``new`` onto ``final``; if that fails, ``final`` is left as it was."""
     old = final.with_name(f".{final.name}.old")
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
         os.replace(final, old)
-    os.replace(tmp, final)
+    try:
+        os.replace(new, final)
+    except BaseException:
+        if old.exists():
+            os.replace(old, final)
+        raise
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -1,0 +1,36 @@
+"""Atomic output: a file or folder appears whole or not at all, whatever the path given and wherever it fails."""
+import os
+
+import pytest
+
+from nat_kd import atomic
+
+
+def test_building_directory_accepts_the_current_folder(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    monkeypatch.chdir(out)
+    with atomic.building_directory(".") as work:
+        (work / "new.txt").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left beside it
+    assert sorted(p.name for p in out.iterdir()) == ["new.txt"]
+
+
+def test_a_failed_swap_leaves_the_old_folder_and_no_temporary_one(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if str(src).endswith(".tmp"):
+            raise OSError("disk gone")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="disk gone"):
+        with atomic.building_directory(out) as work:
+            (work / "new.txt").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (out / "old.txt").read_text() == "old"
