@@ -8,6 +8,38 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import SettingsError
+
+
+def check_output_folder(folder: str | os.PathLike) -> None:
+    """Refuse a folder to write into that a file stands in the place of (the folder or one above it): called
+    before the work, so that it fails at once rather than after."""
+    folder = Path(folder)
+    for place in (folder, *folder.parents):
+        if place.exists():
+            if not place.is_dir():
+                within = "" if place == folder else f", so nothing can be written into {folder}"
+                raise SettingsError(f"{place} is a file, not a folder{within}: choose another path or move {place}")
+            return
+
+
+def check_output_file(path: str | os.PathLike) -> None:
+    """Refuse an output file path that is a folder or lies under a file (``check_output_folder``)."""
+    path = Path(path)
+    if path.is_dir():
+        raise SettingsError(f"{path} is a folder, not a file: give a file path, e.g. {path / 'NAME'}")
+    check_output_folder(path.parent)
+
+
+def check_replaceable(folder: str | os.PathLike, marker: str, what: str, option: str) -> None:
+    """Refuse an output folder that ``building_directory`` would replace though it holds something else: it may
+    be absent, empty, or ``what`` (an earlier output of the same command, recognised by its file ``marker``)."""
+    folder = Path(folder)
+    check_output_folder(folder)
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / marker).is_file():
+        raise SettingsError(f"{option} {folder} exists and is not {what} (no {marker}); it would be replaced: "
+                            f"choose another {option} or delete it")
+
 
 @contextmanager
 def replacing(path: str | os.PathLike):

@@ -165,6 +165,18 @@ def is_up_to_date(out_dir: Path, key: str, cfg: PrepareConfig) -> bool:
             and prepared.bin.dictionary(cfg.src).exists())
 
 
+def check_out_dir(out_dir: Path, raw_dir: Path | None, cfg: PrepareConfig) -> None:
+    """Refuse, before any work, an ``out_dir`` (resolved) that replacing it whole would lose something in: one
+    that is or holds an input file, or holds anything but an earlier prepared corpus."""
+    inputs = [path for files in input_files(raw_dir, cfg).values() for path in files.values()]
+    inputs += [Path(getattr(cfg, option)) for option in ("spm_model", "bpe_codes") if getattr(cfg, option)]
+    for path in inputs:
+        if out_dir == path.resolve() or out_dir in path.resolve().parents:
+            raise SettingsError(f"--out-dir {out_dir} is or holds the input {path}, and preparing replaces that "
+                                "folder whole: choose another --out-dir")
+    atomic.check_replaceable(out_dir, PreparedCorpus(out_dir).manifest_file.name, "a prepared corpus", "--out-dir")
+
+
 def _write_lines(path: Path, lines) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -217,7 +229,8 @@ def own_tokenization(prepared: PreparedCorpus, cfg: PrepareConfig) -> Tokenizati
 def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int = 2, force: bool = False) -> Path:
     """Build (or reuse) the prepared corpus for ``cfg``; returns its directory."""
     raw_dir = None if cfg.trainpref else data_dir(raw_dir)
-    out_dir = Path(out_dir) if out_dir else cfg.default_out_dir()
+    out_dir = (Path(out_dir) if out_dir else cfg.default_out_dir()).resolve()
+    check_out_dir(out_dir, raw_dir, cfg)
     key, inputs = fingerprint(raw_dir, cfg)
     if not force and is_up_to_date(out_dir, key, cfg):
         logger.info("%s is up to date (same inputs and settings): nothing to do", out_dir)
@@ -289,7 +302,8 @@ def main(argv=None) -> int:
     own.add_argument("--tokenizer", help="fairseq --tokenizer under --bpe-codes (e.g. moses) for raw text")
     own.add_argument("--separate-dictionaries", action="store_true",
                      help="one dictionary per language (default: one joined dictionary)")
-    parser.add_argument("--out-dir", default=None, help="output folder (default: data/multi30k.SRC-TGT.spmV)")
+    parser.add_argument("--out-dir", default=None, help="output folder, replaced whole: a new or empty one, or an "
+                        "earlier output of this command (default: data/multi30k.SRC-TGT.spmV)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
     cli.add_verbose_argument(parser)

@@ -42,6 +42,7 @@ def compute_teacher_topk(data_bin, teacher_path: str, out_dir, k: int = 8, split
 
     if dtype not in ("float16", "float32"):
         raise TopKError(f"--dtype {dtype}: choose float16 or float32")
+    atomic.check_replaceable(out_dir, "meta.json", "a teacher top-k folder", "--out")  # before the teacher runs
     teacher = TeacherEnsemble.load(teacher_path, teacher_data)
     use_cuda = torch.cuda.is_available()
     if use_cuda:

@@ -249,7 +249,7 @@ def test_bad_input_is_a_clear_error(teacher, tiny_en_de, corpus, tmp_path, capsy
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "precious.txt").write_text("keep me")
     code, err = run_main(capsys, "--teacher", teacher, "--source", corpus / "src.en", *common)
-    assert code == 2 and "not a distilled corpus" in err and (tmp_path / "o" / "precious.txt").exists()
+    assert code == 2 and "not a distilled set" in err and (tmp_path / "o" / "precious.txt").exists()
 
 
 def test_dictionary_that_does_not_match_is_an_error(teacher, tiny_en_de, tmp_path, capsys):

@@ -139,3 +139,18 @@ def test_real_targets_are_encoded_like_the_prepared_corpus_when_only_a_model_is_
     assert real_pieces(None, reference, None, "valid", "de", recorded) == expected
     with pytest.raises(SettingsError, match="--spm-model"):
         real_pieces(None, reference, None, "valid", "de", {"detokenized": False})
+
+
+def test_an_out_that_is_a_file_or_holds_other_files_is_refused(distilled, tiny_en_de, tmp_path):
+    """The mix replaces --out whole: a plain file, or a folder that is not a distilled set, is left alone."""
+    kd = distilled[0]
+    plain = tmp_path / "plain"
+    plain.write_text("keep me")
+    with pytest.raises(SettingsError, match=r"plain is a file, not a folder"):
+        mix(kd, plain, MixRule(repeated=True), prepared=str(tiny_en_de))
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    with pytest.raises(SettingsError, match=r"folder exists and is not a distilled set \(no meta\.json\)"):
+        mix(kd, folder, MixRule(repeated=True), prepared=str(tiny_en_de))
+    assert plain.read_text() == (folder / "notes.txt").read_text() == "keep me"

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from nat_kd.corpus import CorpusError, data_dir, read_lines
+from nat_kd.errors import SettingsError
 from nat_kd.prepare import PrepareConfig, main, prepare
 
 LINES = {"train": 40, "val": 12, "test_2016_flickr": 10}
@@ -96,3 +97,51 @@ def test_unknown_language_pair(src, tgt):
 def test_cli_reports_errors_without_traceback(tmp_path, capsys):
     assert main(["--src", "en", "--tgt", "jp", "--data-dir", str(tmp_path)]) == 2
     assert "unknown language pair en-jp" in capsys.readouterr().err
+
+
+def test_out_dir_that_holds_inputs_or_other_files_is_refused_before_any_work(raw_dir, tmp_path, capsys):
+    """Preparing replaces --out-dir whole: a folder holding the user's own files, or a plain file, is refused
+    (exit 2, one line) and left as it was; an earlier prepared corpus is replaced as before."""
+    own = tmp_path / "own" / "en-de"
+    own.mkdir(parents=True)
+    for lang in ("en", "de"):
+        (own / f"train.{lang}").write_text("".join(line + "\n" for line in read_lines(raw_dir / f"train.{lang}.gz")))
+    (own / "notes.txt").write_text("mine")
+    before = {path.name: path.read_bytes() for path in own.iterdir()}
+    own_corpus = ["--src", "en", "--tgt", "de", "--trainpref", str(own / "train"), "--vocab-size", "120"]
+
+    assert main([*own_corpus, "--out-dir", str(own)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is or holds the input" in err and "choose another --out-dir" in err
+    assert main([*own_corpus, "--out-dir", str(own / "train.en")]) == 2
+    assert "is or holds the input" in capsys.readouterr().err
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert main([*own_corpus, "--out-dir", str(other)]) == 2
+    assert "exists and is not a prepared corpus (no manifest.json)" in capsys.readouterr().err
+    plain = tmp_path / "plain"
+    plain.write_text("mine")
+    assert main([*own_corpus, "--out-dir", str(plain)]) == 2
+    assert f"{plain} is a file, not a folder" in capsys.readouterr().err
+    assert {path.name: path.read_bytes() for path in own.iterdir()} == before
+    assert (other / "notes.txt").read_text() == plain.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "own", "plain", "raw"]  # nothing begun
+
+    # an earlier prepared corpus is replaced, unless it holds the input itself
+    out = prepare(small(), raw_dir, tmp_path / "out")
+    assert main([*own_corpus, "--out-dir", str(out)]) == 0
+    assert json.loads((out / "manifest.json").read_text())["config"]["trainpref"] == str(own / "train")
+    with pytest.raises(SettingsError, match="is or holds the input"):
+        prepare(PrepareConfig("en", "de", vocab_size=120, trainpref=str(out / "raw" / "train")), out_dir=out)
+
+
+def test_out_dir_may_be_the_current_folder(raw_dir, tmp_path, monkeypatch, capsys):
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["--data-dir", str(raw_dir), "--vocab-size", "120", "--out-dir", "."]) == 0
+    assert capsys.readouterr().out.strip() == str(here)
+    assert (here / "manifest.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "raw"]  # no temporary folder left

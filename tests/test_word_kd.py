@@ -91,6 +91,17 @@ def test_missing_teacher_checkpoint_is_named(tmp_path):
         TeacherEnsemble.load(str(tmp_path / "nowhere.pt"))
 
 
+def test_precompute_refuses_an_out_folder_that_holds_other_files_before_the_teacher_runs(tmp_path):
+    from nat_kd.errors import SettingsError
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(SettingsError, match=r"--out .*mine exists and is not a teacher top-k folder \(no meta\.json\)"):
+        compute_teacher_topk(tmp_path / "bin", str(tmp_path / "nowhere.pt"), out)
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
 # ---------------------------------------------------------------- with a micro teacher on a tiny slice
 def fairseq_train(*args) -> dict:
     """fairseq-train in this process (a subprocess would import fairseq again: ~10 s on 2 shared cores).

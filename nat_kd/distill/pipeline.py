@@ -135,9 +135,7 @@ def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) ->
 
 def check_out_dir(out: DistilledSet) -> None:
     """Refuse an output folder that holds something other than a distilled set: writing the set replaces it."""
-    if out.root.exists() and any(out.root.iterdir()) and not out.meta_file.is_file():
-        raise SettingsError(f"{out.root} exists and is not a distilled corpus (no meta.json); it would be replaced: "
-                            "choose another --out or delete it")
+    atomic.check_replaceable(out.root, out.meta_file.name, "a distilled set", "--out")
 
 
 def distill(cfg: DistillConfig) -> DistillResult:
