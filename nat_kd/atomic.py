@@ -11,14 +11,16 @@ from pathlib import Path
 from .errors import SettingsError
 
 
-def check_output_folder(folder: str | os.PathLike) -> None:
+def check_output_folder(folder: str | os.PathLike, output: str | os.PathLike | None = None) -> None:
     """Refuse a folder to write into that a file stands in the place of (the folder or one above it): called
-    before the work, so that it fails at once rather than after."""
+    before the work, so that it fails at once rather than after. ``output``: what is to be written there, for
+    the message (default: the folder itself)."""
     folder = Path(folder)
+    output = Path(output or folder)
     for place in (folder, *folder.parents):
         if place.exists():
             if not place.is_dir():
-                within = "" if place == folder else f", so nothing can be written into {folder}"
+                within = "" if place == output else f", so {output} cannot be written"
                 raise SettingsError(f"{place} is a file, not a folder{within}: choose another path or move {place}")
             return
 
@@ -28,7 +30,7 @@ def check_output_file(path: str | os.PathLike) -> None:
     path = Path(path)
     if path.is_dir():
         raise SettingsError(f"{path} is a folder, not a file: give a file path, e.g. {path / 'NAME'}")
-    check_output_folder(path.parent)
+    check_output_folder(path.parent, path)
 
 
 def check_replaceable(folder: str | os.PathLike, marker: str, what: str, option: str) -> None:
@@ -48,6 +50,7 @@ def replacing(path: str | os.PathLike):
     For writers that open the file themselves (matplotlib, numpy). The temporary name ends with ``path``'s
     suffix, so a writer that picks its format by the file name picks the right one."""
     path = Path(path)
+    check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
     os.close(fd)
@@ -83,6 +86,7 @@ def write_json(path: str | os.PathLike, data) -> None:
 def building_directory(final: str | os.PathLike):
     """Yield a fresh temporary directory; on success it replaces ``final`` whole, on failure it is removed."""
     final = Path(final).resolve()  # "." or "dir/..": their name is empty or not the folder's own
+    check_output_folder(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
     try:

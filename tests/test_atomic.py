@@ -4,6 +4,7 @@ import os
 import pytest
 
 from nat_kd import atomic
+from nat_kd.errors import SettingsError
 
 
 def test_building_directory_accepts_the_current_folder(tmp_path, monkeypatch):
@@ -34,3 +35,21 @@ def test_a_failed_swap_leaves_the_old_folder_and_no_temporary_one(tmp_path, monk
             (work / "new.txt").write_text("new")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert (out / "old.txt").read_text() == "old"
+
+
+def test_writing_onto_a_folder_or_under_a_file_is_a_one_line_error(tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    with pytest.raises(SettingsError, match=r"folder is a folder, not a file: give a file path, e\.g\. .*folder/NAME"):
+        atomic.write_text(folder, "x")
+    plain = tmp_path / "plain"
+    plain.write_text("keep me")
+    for below in (plain / "out.json", plain / "sub" / "out.json"):
+        with pytest.raises(SettingsError, match=rf"{plain} is a file, not a folder, so {below} cannot be written: "
+                                                rf"choose another path or move {plain}"):
+            atomic.write_json(below, {})
+    with pytest.raises(SettingsError, match=rf"{plain} is a file, not a folder: choose another path"):
+        with atomic.building_directory(plain):
+            pass
+    assert plain.read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain"]
