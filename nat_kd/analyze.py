@@ -14,7 +14,7 @@ import numpy as np
 
 from nat_kd.analysis.align import AlignerOptions
 from nat_kd.analysis.formats import format_alignments, format_table, iter_parallel_tokens, read_alignments, read_table
-from nat_kd.atomic import write_text, writing
+from nat_kd.atomic import check_output_file, check_output_folder, write_text, writing
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_file
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
@@ -331,10 +331,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Each command's output files (report's --out is a folder), checked before its computation: a path that
+# cannot be written to fails at once instead of after it
+OUTPUT_FILES = {"align": ("alignments", "p", "log"), "complexity": ("json",), "faithfulness": ("json",),
+                "reordering": ("per_sentence", "json"), "modes": ("json",), "sentences": ("out",)}
+
+
+def check_outputs(args) -> None:
+    for name in OUTPUT_FILES.get(args.command, ()):
+        if getattr(args, name):
+            check_output_file(getattr(args, name))
+    if args.command == "report":
+        check_output_folder(args.out)
+
+
 def main(argv: list[str] | None = None) -> int:
     setup_logging(argv)
     args = build_parser().parse_args(argv)
-    return run(lambda: args.func(args))
+
+    def body():
+        check_outputs(args)
+        return args.func(args)
+
+    return run(body)
 
 
 if __name__ == "__main__":

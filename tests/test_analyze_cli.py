@@ -257,3 +257,19 @@ def test_missing_file_and_bad_options_are_one_line_errors(corpus, capsys):
     assert main(["complexity", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "train.de.gz"),
                  "--tok", "spm"]) == 2
     assert "needs a sentencepiece model" in capsys.readouterr().err
+
+
+def test_an_output_path_that_cannot_be_written_fails_before_the_computation(corpus, capsys):
+    """A folder given as an output file, or a file as the report's folder: one line, exit 2, nothing computed
+    (the score is printed only after the computation)."""
+    text = ["--src", str(corpus / "train.en"), "--tgt", str(corpus / "train.de.gz")]
+    folder = corpus / "folder"
+    folder.mkdir()
+    for command in (["complexity", *text, "--json", str(folder)], ["reordering", *text, "--per-sentence", str(folder)]):
+        assert main(command) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err == f"error: {folder} is a folder, not a file: give a file path, e.g. {folder}/NAME\n"
+    assert main(["report", "--data-dir", str(corpus), "--out", str(corpus / "train.en")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"{corpus / 'train.en'} is a file, not a folder" in err
+    assert list(folder.iterdir()) == []
