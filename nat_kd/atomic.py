@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,6 +43,19 @@ def check_replaceable(folder: str | os.PathLike, marker: str, what: str, option:
                             f"choose another {option} or delete it")
 
 
+def _new_beside(path: Path, suffix: str, create) -> Path:
+    """A new hidden name beside ``path``, .NAME.RANDOM``suffix``, made by ``create`` (an exclusive os.open, or
+    os.mkdir). Not tempfile's mkstemp or mkdtemp: their 0o600 and 0o700 would stay on the output, unreadable
+    to the other users of a shared machine; a plain open or mkdir gives what the umask allows, as any file."""
+    while True:
+        name = path.with_name(f".{path.name}.{secrets.token_hex(4)}{suffix}")
+        try:
+            create(name)
+            return name
+        except FileExistsError:  # another writer's temporary name: draw again
+            continue
+
+
 @contextmanager
 def replacing(path: str | os.PathLike):
     """Yield a temporary path beside ``path``; on success it is renamed onto ``path``, on failure removed.
@@ -52,13 +65,13 @@ def replacing(path: str | os.PathLike):
     path = Path(path)
     check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
-    os.close(fd)
+    tmp = _new_beside(path, f".tmp{path.suffix}",
+                      lambda name: os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)))
     try:
-        yield Path(tmp)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -88,7 +101,7 @@ def building_directory(final: str | os.PathLike):
     final = Path(final).resolve()  # "." or "dir/..": their name is empty or not the folder's own
     check_output_folder(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+    tmp = _new_beside(final, ".tmp", os.mkdir)
     try:
         yield tmp
         _swap_in(tmp, final)

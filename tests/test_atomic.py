@@ -53,3 +53,18 @@ def test_writing_onto_a_folder_or_under_a_file_is_a_one_line_error(tmp_path):
             pass
     assert plain.read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain"]
+
+
+@pytest.mark.parametrize("umask,file_mode,folder_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_outputs_get_the_mode_the_umask_gives_any_file(tmp_path, umask, file_mode, folder_mode):
+    """As open() and mkdir() would make them, so that other users of a shared machine may read them."""
+    previous = os.umask(umask)
+    try:
+        atomic.write_text(tmp_path / "report.md", "x")
+        with atomic.building_directory(tmp_path / "set") as work:
+            atomic.write_json(work / "meta.json", {})
+    finally:
+        os.umask(previous)
+    for path, mode in ((tmp_path / "report.md", file_mode), (tmp_path / "set", folder_mode),
+                       (tmp_path / "set" / "meta.json", file_mode)):
+        assert oct(path.stat().st_mode & 0o777) == oct(mode), path
