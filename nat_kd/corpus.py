@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import os
 from collections.abc import Iterator
+from itertools import zip_longest
 from pathlib import Path
 
 from .errors import NatKdError
@@ -64,12 +65,21 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     return list(iter_lines(path))
 
 
+def iter_parallel(src_path: Path, tgt_path: Path) -> Iterator[tuple[str, str]]:
+    """Source and target lines pair by pair (memory stays flat); once read to the end, a CorpusError if they
+    are not line-aligned (same count)."""
+    sources = targets = 0
+    for src, tgt in zip_longest(iter_lines(src_path), iter_lines(tgt_path)):
+        sources += src is not None
+        targets += tgt is not None
+        if src is not None and tgt is not None:
+            yield src, tgt
+    if sources != targets:
+        raise CorpusError(f"line-count mismatch: {src_path} has {sources} lines but {tgt_path} has {targets}; "
+                          "parallel files must be line-aligned")
+
+
 def read_parallel(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
     """Source and target lines, which must be line-aligned (same count)."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise CorpusError(
-            f"line-count mismatch: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; "
-            "parallel files must be line-aligned"
-        )
-    return src, tgt
+    pairs = list(iter_parallel(src_path, tgt_path))
+    return [src for src, _ in pairs], [tgt for _, tgt in pairs]

@@ -26,12 +26,14 @@ import argparse
 import logging
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from . import atomic, cli
 from .artifacts import PreparedCorpus
-from .corpus import LANGUAGES, PROJECT_ROOT, CorpusError, data_dir, read_parallel, split_file
+from .corpus import LANGUAGES, PROJECT_ROOT, CorpusError, data_dir, iter_parallel, read_parallel, split_file
 from .errors import SettingsError
 from .hashing import sha256_file, sha256_json
 from .tokenization import Tokenization, TokenizationSettings
@@ -108,20 +110,24 @@ OWN_CORPUS_FIELDS = ("trainpref", "validpref", "testpref", "spm_model", "bpe_cod
                      "joined_dictionary")
 
 
-def load_split(raw_dir: Path, split: str, cfg: PrepareConfig, limit: int | None = None):
-    """(source, target, target-language) lines of a Multi30k split; for mix, one pair per target language,
+def load_split(raw_dir: Path, split: str, cfg: PrepareConfig,
+               limit: int | None = None) -> list[tuple[str, str, str]]:
+    """(source, target, target language) triples of a Multi30k split; for mix, one per target language,
     interleaved."""
     per_lang = []
     for lang in cfg.target_languages:
         src, tgt = read_parallel(split_file(raw_dir, split, cfg.src), split_file(raw_dir, split, lang))
         per_lang.append((src[:limit], tgt[:limit], lang))
-    sources, targets, langs = [], [], []
-    for i in range(len(per_lang[0][0])):
-        for src, tgt, lang in per_lang:
-            sources.append(src[i])
-            targets.append(tgt[i])
-            langs.append(lang)
-    return sources, targets, langs
+    return [(src[i], tgt[i], lang) for i in range(len(per_lang[0][0])) for src, tgt, lang in per_lang]
+
+
+def own_split(files: dict[str, Path], cfg: PrepareConfig,
+              limit: int | None = None) -> Iterator[tuple[str, str, None]]:
+    """(source, target, None) triples of an own corpus's split, one at a time as read, the first ``limit``; the
+    files are read to the end all the same, to check that they are line-aligned."""
+    for number, (src, tgt) in enumerate(iter_parallel(files[cfg.src], files[cfg.tgt])):
+        if limit is None or number < limit:
+            yield src, tgt, None
 
 
 def _prefixed(prefix: str, lang: str) -> Path:
@@ -177,9 +183,26 @@ def check_out_dir(out_dir: Path, raw_dir: Path | None, cfg: PrepareConfig) -> No
     atomic.check_replaceable(out_dir, PreparedCorpus(out_dir).manifest_file.name, "a prepared corpus", "--out-dir")
 
 
-def _write_lines(path: Path, lines) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+def write_split(prepared: PreparedCorpus, name: str, cfg: PrepareConfig, triples, encode: dict) -> int:
+    """One split's raw/ and spm/ files (and for mix its SPLIT.lang) written line by line from its (source,
+    target, target language) ``triples``, each side's pieces by ``encode[lang](line)``; returns how many."""
+    sides = (cfg.src, cfg.tgt)
+    with ExitStack() as stack:
+        def create(path: Path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return stack.enter_context(open(path, "w", encoding="utf-8"))
+
+        raw = {lang: create(prepared.raw(name, lang)) for lang in sides}
+        pieces = {lang: create(prepared.pieces(name, lang)) for lang in sides}
+        languages = create(prepared.languages_file(name)) if cfg.tgt == MIX else None
+        count = 0
+        for count, (source, target, language) in enumerate(triples, 1):
+            for lang, line in zip(sides, (source, target)):
+                raw[lang].write(line + "\n")
+                pieces[lang].write(encode[lang](line) + "\n")
+            if languages:
+                languages.write(language + "\n")
+    return count
 
 
 def train_sentencepiece(lines: list[str], model: Path, cfg: PrepareConfig, threads: int):
@@ -239,35 +262,26 @@ def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int = 2, fo
     logger.info("preparing %s-%s from %s into %s", cfg.src, cfg.tgt, raw_dir or cfg.trainpref, out_dir)
     with atomic.building_directory(out_dir) as work:
         prepared = PreparedCorpus(work)
-        counts, splits = {}, {}
+        # an own corpus is read as it is written, line by line: memory stays flat whatever its size
         if cfg.trainpref:
-            for name, files in input_files(None, cfg).items():
-                sources, targets = read_parallel(files[cfg.src], files[cfg.tgt])
-                limit = cfg.train_limit if name == "train" else None
-                splits[name] = (sources[:limit], targets[:limit], None)
-                counts[name] = len(splits[name][0])
+            splits = {name: own_split(files, cfg, cfg.train_limit if name == "train" else None)
+                      for name, files in input_files(None, cfg).items()}
         else:
-            for split, name in FAIRSEQ_SPLITS.items():
-                limit = cfg.train_limit if split == "train" else None
-                splits[name] = load_split(raw_dir, split, cfg, limit)
-                counts[name] = len(splits[name][0])
+            splits = {name: load_split(raw_dir, split, cfg, cfg.train_limit if split == "train" else None)
+                      for split, name in FAIRSEQ_SPLITS.items()}
         manifest = {}
         if cfg.trainpref and (cfg.spm_model or cfg.bpe_codes or cfg.pretokenized):
             settings = own_tokenization(prepared, cfg)
             codecs = {lang: Tokenization(settings, lang) for lang in (cfg.src, cfg.tgt)}
-            encode = {lang: codec.encode_all for lang, codec in codecs.items()}
+            encode = {lang: codec.encode for lang, codec in codecs.items()}
             manifest["tokenization"] = prepared.relative_tokenization(settings)
         else:
-            sp = train_sentencepiece(splits["train"][0] + splits["train"][1], prepared.spm_model, cfg, workers)
-            encode = dict.fromkeys((cfg.src, cfg.tgt),
-                                   lambda lines: [" ".join(p) for p in sp.encode(lines, out_type=str)])
+            train = splits["train"] = list(splits["train"])  # the trainer takes the training text whole
+            sp = train_sentencepiece([src for src, _, _ in train] + [tgt for _, tgt, _ in train], prepared.spm_model,
+                                     cfg, workers)
+            encode = dict.fromkeys((cfg.src, cfg.tgt), lambda line: " ".join(sp.encode(line, out_type=str)))
             manifest["sentencepiece_pieces"] = sp.get_piece_size()
-        for name, (sources, targets, langs) in splits.items():
-            for lang, lines in ((cfg.src, sources), (cfg.tgt, targets)):
-                _write_lines(prepared.raw(name, lang), lines)
-                _write_lines(prepared.pieces(name, lang), encode[lang](lines))
-            if cfg.tgt == MIX:
-                _write_lines(prepared.languages_file(name), langs)
+        counts = {name: write_split(prepared, name, cfg, triples, encode) for name, triples in splits.items()}
         binarize(prepared, cfg, list(splits), workers)
         dictionary_size = sum(1 for _ in open(prepared.bin.dictionary(cfg.src), encoding="utf-8"))
         atomic.write_json(prepared.manifest_file, {
