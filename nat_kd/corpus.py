@@ -45,15 +45,21 @@ def split_file(directory: Path, split: str, lang: str) -> Path:
 def iter_lines(path: str | os.PathLike) -> Iterator[str]:
     """The lines of a (possibly gzipped) UTF-8 file one by one, without line ends: memory stays flat.
 
-    A missing file or invalid UTF-8 is a CorpusError naming the file (and line)."""
+    A line ends with \\n or \\r\\n. A missing file, invalid UTF-8 or a carriage return inside a line is a
+    CorpusError naming the file (and line): fairseq-preprocess and sacrebleu read text with universal newlines,
+    so a lone \\r would end a line for them but not here, and every later pair would be misaligned."""
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"{path}: no such file; check the path")
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as handle:
         for number, line in enumerate(handle, 1):
+            line = line.removesuffix(b"\n").removesuffix(b"\r")
+            if b"\r" in line:
+                raise CorpusError(f"{path}:{number}: a carriage return (\\r) inside the line, which fairseq and "
+                                  "sacrebleu would read as a line break; remove them, e.g. tr -d '\\r' < IN > OUT")
             try:
-                yield line.rstrip(b"\n").rstrip(b"\r").decode("utf-8")
+                yield line.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise CorpusError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
                                   "re-encode the file as UTF-8") from None

@@ -96,3 +96,22 @@ def test_unknown_language_pair(src, tgt):
 def test_cli_reports_errors_without_traceback(tmp_path, capsys):
     assert main(["--src", "en", "--tgt", "jp", "--data-dir", str(tmp_path)]) == 2
     assert "unknown language pair en-jp" in capsys.readouterr().err
+
+
+def test_crlf_ends_a_line_but_a_carriage_return_inside_one_is_an_error(raw_dir, tmp_path, capsys):
+    """fairseq-preprocess reads with universal newlines: a lone \\r would split a line there and shift every later
+    pair in bin/, so it is refused before anything is written."""
+    english, german = (read_lines(raw_dir / f"train.{lang}.gz")[:5] for lang in ("en", "de"))
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "train.en").write_bytes("".join(line + "\r\n" for line in english).encode())
+    assert read_lines(own / "train.en") == english  # Windows line ends are line ends
+    german[2] = "Ein kleines Mädchen klettert\rin ein Spielhaus aus Holz."
+    (own / "train.de").write_bytes("".join(line + "\n" for line in german).encode())
+    out = tmp_path / "out"
+    assert main(["--src", "en", "--tgt", "de", "--trainpref", str(own / "train"), "--pretokenized",
+                 "--out-dir", str(out), "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{own / 'train.de'}:3: a carriage return (\\r) inside the line" in err and "tr -d '\\r'" in err
+    assert not out.exists()
