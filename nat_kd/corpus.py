@@ -6,6 +6,7 @@ Public source for users elsewhere: https://github.com/multi30k/dataset, folder `
 """
 from __future__ import annotations
 
+import codecs
 import gzip
 import os
 from collections.abc import Iterator
@@ -45,9 +46,11 @@ def split_file(directory: Path, split: str, lang: str) -> Path:
 def iter_lines(path: str | os.PathLike) -> Iterator[str]:
     """The lines of a (possibly gzipped) UTF-8 file one by one, without line ends: memory stays flat.
 
-    A line ends with \\n or \\r\\n. A missing file, invalid UTF-8 or a carriage return inside a line is a
-    CorpusError naming the file (and line): fairseq-preprocess and sacrebleu read text with universal newlines,
-    so a lone \\r would end a line for them but not here, and every later pair would be misaligned."""
+    A line ends with \\n or \\r\\n. A UTF-8 byte order mark at the start of the file is dropped, as Python's
+    utf-8-sig codec drops it: it is not text, and would stick to the first word. A missing file, invalid UTF-8
+    or a carriage return inside a line is a CorpusError naming the file (and line): fairseq-preprocess and
+    sacrebleu read text with universal newlines, so a lone \\r would end a line for them but not here, and every
+    later pair would be misaligned."""
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"{path}: no such file; check the path")
@@ -55,6 +58,8 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
     with opener(path, "rb") as handle:
         for number, line in enumerate(handle, 1):
             line = line.removesuffix(b"\n").removesuffix(b"\r")
+            if number == 1:
+                line = line.removeprefix(codecs.BOM_UTF8)
             if b"\r" in line:
                 raise CorpusError(f"{path}:{number}: a carriage return (\\r) inside the line, which fairseq and "
                                   "sacrebleu would read as a line break; remove them, e.g. tr -d '\\r' < IN > OUT")
