@@ -149,6 +149,31 @@ def real_pieces(prepared: PreparedCorpus | None, reference: str, spm_model: str 
     return Tokenization(settings, tgt).encode_all(read_lines(reference))
 
 
+def _described(fingerprint: dict) -> str:
+    """A tokenization's fingerprint (``TokenizationSettings.fingerprint``, or the generator's record of it) in
+    a few words for an error message."""
+    if "spm_model" in fingerprint:
+        return f"sentencepiece model sha256 {fingerprint['spm_model'][:12]}"
+    if "tokenization" not in fingerprint:
+        return "nothing about its tokenization"
+    recorded = fingerprint["tokenization"]
+    names = [recorded[section]["_name"] for section in ("tokenizer", "bpe") if recorded.get(section)]
+    files = [digest[:12] for digest in recorded.get("files_sha256", {}).values()]
+    return (" + ".join(names) or "no tokenization") + (f" (files sha256 {', '.join(files)})" if files else "")
+
+
+def check_same_tokens(prepared: PreparedCorpus, distilled: DistilledSet, meta: dict) -> None:
+    """The prepared corpus's pieces may stand for the set's real targets only in the set's own tokens: its
+    tokenization (settings and the bytes of its files) must be the one the generator recorded in meta.json's
+    fingerprint. Any other would write pieces the set's dictionary lacks, as <unk>, into bin/."""
+    ours = prepared.tokenization().fingerprint()
+    recorded = meta.get("fingerprint", {})
+    if {key: recorded.get(key) for key in ours} != ours:
+        raise CorpusError(f"--prepared {prepared.root} is tokenized with {_described(ours)}, but "
+                          f"{distilled.meta_file} records {_described(recorded)}: pass the prepared corpus the "
+                          "teacher was trained on, or --reference with --spm-model set to the teacher's model")
+
+
 def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepared: str | None = None,
         reference: str | None = None, spm_model: str | None = None, name: str | None = None) -> dict:
     """Build the mixed set; returns its meta.json."""
@@ -171,6 +196,8 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
                           f"{source_set.root} (or regenerate the set)")
     split, src, tgt = meta["split"], meta["source_lang"], meta["target_lang"]
     prepared_corpus = PreparedCorpus(prepared) if prepared else None
+    if prepared_corpus is not None:
+        check_same_tokens(prepared_corpus, source_set, meta)
     reference = reference or (str(prepared_corpus.raw(split, tgt)) if prepared_corpus else None)
     if reference is None:
         raise SettingsError("pass --prepared or --reference: the real targets to mix in")

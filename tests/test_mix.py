@@ -9,6 +9,7 @@ from nat_kd.artifacts import DistilledSet
 from nat_kd.distill.output import write_output
 from nat_kd.distill.source import load_binarized
 from nat_kd.errors import SettingsError
+from nat_kd.hashing import sha256_file
 from nat_kd.mix import MixRule, main, mix
 
 N = 1014  # Multi30k's valid split, whole: the real targets are the prepared corpus's
@@ -33,6 +34,7 @@ def write_distilled(tiny_en_de, out, bin_left_out=()):
     scores = SentenceScorer().score(targets, refs, logprobs=[-0.1 * i for i in range(N)])
     meta = {"name": "kd", "strategy": "beam", "split": "valid", "source_lang": "en", "target_lang": "de",
             "sentences": N, "empty_source_lines": [], "truncated_source_lines": [], "teacher": {},
+            "fingerprint": {"spm_model": sha256_file(tiny_en_de / "spm.model")},  # as the generator records it
             "files": {"source": "valid.en", "target": "valid.de", "binarized_left_out_lines": list(bin_left_out)}}
     write_output(out, split="valid", src="en", tgt="de", source_text=sources, source_tokens=tokens,
                  source_pieces=source_pieces, target_pieces=pieces, target_text=targets,
@@ -139,3 +141,23 @@ def test_real_targets_are_encoded_like_the_prepared_corpus_when_only_a_model_is_
     assert real_pieces(None, reference, None, "valid", "de", recorded) == expected
     with pytest.raises(SettingsError, match="--spm-model"):
         real_pieces(None, reference, None, "valid", "de", {"detokenized": False})
+
+
+def test_a_prepared_corpus_in_other_tokens_is_refused(distilled, tiny_en_de, tmp_path, capsys):
+    """The same Multi30k valid split prepared with its own sentencepiece model: its pieces are not the set's
+    tokens (11% of them would be <unk> in the set's dictionary), so the mix stops before writing anything."""
+    from nat_kd.prepare import PrepareConfig, prepare
+
+    kd = distilled[0]
+    valid = str(tiny_en_de / "raw" / "valid")
+    other = prepare(PrepareConfig("en", "de", vocab_size=250, trainpref=valid, validpref=valid),
+                    out_dir=tmp_path / "other", workers=1)
+    out = tmp_path / "mixed"
+    assert main(["--distilled", str(kd), "--prepared", str(other), "--repeated", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (f"--prepared {other} is tokenized with sentencepiece model sha256 {sha256_file(other / 'spm.model')[:12]}, "
+            f"but {kd / 'meta.json'} records sentencepiece model sha256 {sha256_file(tiny_en_de / 'spm.model')[:12]}"
+            in err)
+    assert "pass the prepared corpus the teacher was trained on" in err
+    assert not out.exists()
