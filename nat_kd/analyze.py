@@ -17,6 +17,7 @@ from nat_kd.analysis.formats import format_alignments, format_table, iter_parall
 from nat_kd.atomic import write_text, writing
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_file
+from nat_kd.errors import SettingsError
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
 from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs
 from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR
@@ -184,7 +185,11 @@ def cmd_modes(args):
 def cmd_report(args):
     from nat_kd.analysis.report import AnalysisReport, DataSet, set_from_arg, set_from_dir
 
-    if args.real_src and args.real_tgt:
+    for given, missing in (("src", "tgt"), ("tgt", "src")):
+        if getattr(args, f"real_{given}") and not getattr(args, f"real_{missing}"):
+            raise SettingsError(f"--real-{given} needs --real-{missing}: pass both, or neither for the "
+                                "Multi30k data in --data-dir")
+    if args.real_src:
         real = DataSet(args.real_name, Path(args.real_src), Path(args.real_tgt))
     else:
         directory = data_dir(args.data_dir)

@@ -266,6 +266,21 @@ def test_report_bleu_is_sacrebleus_corpus_score(corpus, monkeypatch):
     assert row["length_ratio"] == pytest.approx(expected.sys_len / expected.ref_len)
 
 
+def test_report_needs_both_real_sides_or_neither(tmp_path, capsys):
+    """One side of the real data alone is not silently replaced by the default Multi30k pair: an error before
+    any work."""
+    from nat_kd.corpus import data_dir
+
+    out = tmp_path / "report"
+    for given, missing in (("src", "tgt"), ("tgt", "src")):
+        lang = "en" if given == "src" else "de"
+        assert main(["report", f"--real-{given}", str(data_dir() / f"val.{lang}.gz"), "--set-dir",
+                     str(tmp_path / "kd"), "--out", str(out)]) == 2
+        assert capsys.readouterr().err == (f"error: --real-{given} needs --real-{missing}: pass both, or neither "
+                                           "for the Multi30k data in --data-dir\n")
+    assert not out.exists()
+
+
 def test_missing_file_and_bad_options_are_one_line_errors(corpus, capsys):
     assert main(["complexity", "--src", str(corpus / "nope.en"), "--tgt", str(corpus / "train.de.gz")]) == 2
     assert f"error: {corpus / 'nope.en'}: no such file" in capsys.readouterr().err
