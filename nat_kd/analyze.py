@@ -189,6 +189,7 @@ def cmd_report(args):
         if getattr(args, f"real_{given}") and not getattr(args, f"real_{missing}"):
             raise SettingsError(f"--real-{given} needs --real-{missing}: pass both, or neither for the "
                                 "Multi30k data in --data-dir")
+    tokenizer = get_tokenizer(args.tok, args.lowercase, args.spm_model)
     if args.real_src:
         real = DataSet(args.real_name, Path(args.real_src), Path(args.real_tgt))
     else:
@@ -198,9 +199,8 @@ def cmd_report(args):
     sets = [set_from_arg(s) for s in args.set or []]
     sets += [set_from_dir(d, args.split, args.src_lang, args.tgt_lang) for d in args.set_dir or []]
     mode_texts = {lang: read_lines(path) for lang, path in parse_pairs(args.lang, "--lang").items()}
-    report = AnalysisReport(get_tokenizer(args.tok, args.lowercase, args.spm_model), aligner_options(args),
-                            args.aligner, args.log_base, args.floor, mode_texts, args.drop_empty,
-                            args.buckets).run(real, sets)
+    report = AnalysisReport(tokenizer, aligner_options(args), args.aligner, args.log_base, args.floor, mode_texts,
+                            args.drop_empty, args.buckets).run(real, sets)
     paths = report.write(args.out)
     sys.stdout.write(report.to_markdown())
     print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
@@ -213,6 +213,7 @@ def cmd_sentences(args):
     from nat_kd.analysis.metrics.reordering import line_scores
     from nat_kd.analysis.metrics.sentence import SentenceScorer, summary
 
+    tokenizer = get_tokenizer(args.tok, args.lowercase, args.spm_model)
     hypotheses = read_lines(args.hyp)
     references = read_lines(args.ref) if args.ref else None
     if references is not None and len(references) != len(hypotheses):
@@ -220,8 +221,7 @@ def cmd_sentences(args):
                           f"{len(references)}; they must be line-aligned")
     scores = SentenceScorer(args.repeat_n).score(hypotheses, references)
     if args.src:
-        aligned = align_corpus(iter_lines(args.src), iter_lines(args.hyp),
-                               get_tokenizer(args.tok, args.lowercase, args.spm_model), aligner_options(args),
+        aligned = align_corpus(iter_lines(args.src), iter_lines(args.hyp), tokenizer, aligner_options(args),
                                args.aligner, (args.src, args.hyp), args.drop_empty)
         scores = scores.with_column("frs", line_scores(aligned))
     scores.write(args.out)

@@ -281,6 +281,18 @@ def test_report_needs_both_real_sides_or_neither(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_spm_model_without_tok_spm_is_an_error_not_ignored(tiny_en_de, tmp_path, capsys):
+    """--spm-model is an argument of --tok spm: with the default 13a tokeniser it would be silently unused."""
+    args = ["complexity", "--src", str(tiny_en_de / "raw" / "valid.en"), "--tgt", str(tiny_en_de / "raw" / "valid.de"),
+            "--spm-model", str(tiny_en_de / "spm.model"), "--json", str(tmp_path / "c.json")]
+    assert main(args) == 2
+    assert capsys.readouterr().err == ("error: --spm-model is read only by --tok spm, not --tok 13a: add --tok spm to "
+                                       "tokenise with the model, or drop --spm-model\n")
+    assert not (tmp_path / "c.json").exists()
+    assert main([*args, "--tok", "none"]) == 2
+    assert "not --tok none" in capsys.readouterr().err
+
+
 def test_missing_file_and_bad_options_are_one_line_errors(corpus, capsys):
     assert main(["complexity", "--src", str(corpus / "nope.en"), "--tgt", str(corpus / "train.de.gz")]) == 2
     assert f"error: {corpus / 'nope.en'}: no such file" in capsys.readouterr().err
