@@ -35,12 +35,17 @@ def data_dir(override: str | os.PathLike | None = None) -> Path:
     return path
 
 
-def split_file(directory: Path, split: str, lang: str) -> Path:
-    """SPLIT.LANG.gz or plain SPLIT.LANG inside ``directory``."""
-    for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
-        if (directory / name).is_file():
-            return directory / name
-    raise CorpusError(f"{directory}: no {split}.{lang}.gz or {split}.{lang}; check --data-dir and the language pair")
+def split_file(directory: Path, split: str, lang: str, option: str = "--data-dir") -> Path:
+    """SPLIT.LANG.gz or plain SPLIT.LANG inside ``directory``; ``option`` is where the user gave that place (a
+    folder, or a file prefix such as --trainpref), for the message when neither file is there."""
+    candidates = [directory / f"{split}.{lang}.gz", directory / f"{split}.{lang}"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    for path in candidates:
+        if path.exists():
+            raise CorpusError(f"{path} is not a file (a folder?); check {option}")
+    raise CorpusError(f"no {candidates[0]} or {candidates[1]}; check {option} and the language pair")
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[str]:

@@ -115,3 +115,20 @@ def test_crlf_ends_a_line_but_a_carriage_return_inside_one_is_an_error(raw_dir, 
     assert err.count("\n") == 1
     assert f"{own / 'train.de'}:3: a carriage return (\\r) inside the line" in err and "tr -d '\\r'" in err
     assert not out.exists()
+
+
+def test_missing_own_corpus_file_names_the_prefix_option(raw_dir, tmp_path, capsys):
+    """A file of an own corpus is found by its prefix option, not by --data-dir (which does not apply)."""
+    own = tmp_path / "own"
+    own.mkdir()
+    for lang in ("en", "de"):
+        (own / f"train.{lang}").write_text("".join(line + "\n" for line in read_lines(raw_dir / f"train.{lang}.gz")),
+                                           encoding="utf-8")
+    (own / "dev.en").mkdir()  # a folder where a file should be
+    common = ["--src", "en", "--tgt", "de", "--out-dir", str(tmp_path / "out"), "--workers", "1"]
+    assert main(["--trainpref", str(own / "nonexist"), *common]) == 2
+    assert capsys.readouterr().err == (f"error: no {own / 'nonexist.en.gz'} or {own / 'nonexist.en'}; check "
+                                       "--trainpref and the language pair\n")
+    assert main(["--trainpref", str(own / "train"), "--validpref", str(own / "dev"), *common]) == 2
+    assert capsys.readouterr().err == f"error: {own / 'dev.en'} is not a file (a folder?); check --validpref\n"
+    assert not (tmp_path / "out").exists()
