@@ -90,27 +90,30 @@ def mix_targets(distilled: list[str], real: list[str], replace: np.ndarray) -> l
     return [r if swap else d for d, r, swap in zip(distilled, real, replace.tolist())]
 
 
-def complexity_of(source: list[str], target: list[str]) -> float:
-    """C(d) of a parallel text with the report's default settings (13a, lowercased, fast_align -d -o -v)."""
+def complexity_of(source: list[str], target: list[str], names: tuple[str, str]) -> float:
+    """C(d) of a parallel text with the report's default settings (13a, lowercased, fast_align -d -o -v);
+    ``names`` say where the two sides come from, for an error message."""
     from nat_kd.analysis.metrics import Complexity, align_corpus
     from nat_kd.analysis.tokenizers import get_tokenizer
 
-    aligned = align_corpus(source, target, get_tokenizer("13a", lowercase=True), drop_empty=True, links=False)
+    aligned = align_corpus(source, target, get_tokenizer("13a", lowercase=True), names=names, drop_empty=True,
+                           links=False)
     return Complexity().table_score(aligned.result.exported_table()).score
 
 
 def reach_complexity(source: list[str], distilled: list[str], real: list[str], order: np.ndarray, start: int,
-                     target: float) -> tuple[int, list[tuple[int, float]]]:
+                     target: float, files: tuple[str, str, str]) -> tuple[int, list[tuple[int, float]]]:
     """The fewest lines k >= start, taken from ``order``, whose replacement brings C(d) to ``target``
     (bisection: C(d) is taken to move monotonically from the distilled set's value towards the real data's);
-    returns k and every (k, C(d)) measured."""
+    returns k and every (k, C(d)) measured. ``files``: where the source, distilled and real lines come from."""
     measured = {}
 
     def c_of(k: int) -> float:
         if k not in measured:
             replace = np.zeros(len(distilled), dtype=bool)
             replace[order[:k]] = True
-            measured[k] = complexity_of(source, mix_targets(distilled, real, replace))
+            names = (files[0], f"{files[1]} with {k} of its lines from {files[2]}")
+            measured[k] = complexity_of(source, mix_targets(distilled, real, replace), names)
             logger.info("C(d) with %d lines replaced: %.4f", k, measured[k])
         return measured[k]
 
@@ -215,7 +218,8 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
     if rule.target_complexity is not None:
         order = rule.order(scores, chosen)
         k, search = reach_complexity(source_text, distilled_text, real_text, order, int(chosen.sum()),
-                                     rule.target_complexity)
+                                     rule.target_complexity,
+                                     (str(source_set.text(split, src)), str(source_set.text(split, tgt)), reference))
         chosen = np.zeros(len(scores), dtype=bool)
         chosen[order[:k]] = True
     target_text = mix_targets(distilled_text, real_text, chosen)

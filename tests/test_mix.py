@@ -15,15 +15,18 @@ from nat_kd.mix import MixRule, main, mix
 N = 1014  # Multi30k's valid split, whole: the real targets are the prepared corpus's
 
 
-def write_distilled(tiny_en_de, out, bin_left_out=()):
+def write_distilled(tiny_en_de, out, bin_left_out=(), empty_outputs=False):
     """A distilled set written by the generator's own output code, with targets made by hand: every third line
-    a reference said twice (a repeated n-gram), the others the reference's first three words."""
+    a reference said twice (a repeated n-gram), the others the reference's first three words (or, as from a
+    teacher that ends every sentence at once, ``empty_outputs``)."""
     from fairseq.data import Dictionary
 
     refs = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()
     sources = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()
     assert len(refs) == N
     targets = [f"{r} {r}" if i % 3 == 0 else " ".join(r.split()[:3]) for i, r in enumerate(refs)]
+    if empty_outputs:
+        targets = [""] * N
     import sentencepiece
 
     sp = sentencepiece.SentencePieceProcessor(model_file=str(tiny_en_de / "spm.model"))
@@ -160,4 +163,16 @@ def test_a_prepared_corpus_in_other_tokens_is_refused(distilled, tiny_en_de, tmp
             f"but {kd / 'meta.json'} records sentencepiece model sha256 {sha256_file(tiny_en_de / 'spm.model')[:12]}"
             in err)
     assert "pass the prepared corpus the teacher was trained on" in err
+    assert not out.exists()
+
+
+def test_target_complexity_of_a_set_without_outputs_names_its_files(tiny_en_de, tmp_path, capsys):
+    kd = tmp_path / "kd"
+    write_distilled(tiny_en_de, kd, empty_outputs=True)
+    out = tmp_path / "mixed"
+    assert main(["--distilled", str(kd), "--prepared", str(tiny_en_de), "--target-complexity", "0.5",
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {kd / 'valid.en'} and {kd / 'valid.de'} with 0 of its lines from {tiny_en_de / 'raw' / 'valid.de'}: "
+        f"every one of its {N} sentence pairs has an empty side, nothing to align; check that both hold text\n")
     assert not out.exists()
