@@ -6,8 +6,10 @@ docs/analysis.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_file
 from nat_kd.errors import SettingsError
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs
+from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs, parallel_lines
 from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR
 from nat_kd.analysis.metrics.frequency import DEFAULT_BUCKETS
 from nat_kd.analysis.tokenizers import TOKENIZERS, get_tokenizer
@@ -209,22 +211,38 @@ def cmd_report(args):
             print(f"refreshed {directory}/CARD.md, card.json and scores.tsv", file=sys.stderr)
 
 
+def _blocks(lines: Iterator, size: int) -> Iterator[list]:
+    """``lines`` in lists of ``size``; the first may be empty (no lines: a file still gets its header)."""
+    block = list(itertools.islice(lines, size))
+    yield block
+    while block := list(itertools.islice(lines, size)):
+        yield block
+
+
 def cmd_sentences(args):
     from nat_kd.analysis.metrics.reordering import line_scores
-    from nat_kd.analysis.metrics.sentence import SentenceScorer, summary
+    from nat_kd.analysis.metrics.sentence import SCORE_BLOCK, SentenceScorer, SentenceScores, summary
 
     tokenizer = get_tokenizer(args.tok, args.lowercase, args.spm_model)
-    hypotheses = read_lines(args.hyp)
-    references = read_lines(args.ref) if args.ref else None
-    if references is not None and len(references) != len(hypotheses):
-        raise CorpusError(f"line-count mismatch: {args.hyp} has {len(hypotheses)} lines but {args.ref} has "
-                          f"{len(references)}; they must be line-aligned")
-    scores = SentenceScorer(args.repeat_n).score(hypotheses, references)
+    frs = None
     if args.src:
         aligned = align_corpus(iter_lines(args.src), iter_lines(args.hyp), tokenizer, aligner_options(args),
                                args.aligner, (args.src, args.hyp), args.drop_empty)
-        scores = scores.with_column("frs", line_scores(aligned))
-    scores.write(args.out)
+        frs = line_scores(aligned)
+    # a block of lines at a time: memory holds one block's text and sacrebleu statistics, and each line's
+    # few numbers (the summary's medians need them all)
+    lines = (parallel_lines(iter_lines(args.hyp), iter_lines(args.ref), (args.hyp, args.ref)) if args.ref
+             else ((line, None) for line in iter_lines(args.hyp)))
+    scorer, parts, done = SentenceScorer(args.repeat_n), [], 0
+    with writing(args.out) as out:
+        for block in _blocks(lines, SCORE_BLOCK):
+            scores = scorer.score([hyp for hyp, _ in block], [ref for _, ref in block] if args.ref else None)
+            if frs is not None:
+                scores = scores.with_column("frs", frs[done:done + len(block)])
+            out.writelines(scores.tsv_lines(done + 1, header=not done))
+            parts.append(scores.columns)
+            done += len(block)
+    scores = SentenceScores({name: np.concatenate([part[name] for part in parts]) for name in parts[0]})
     for name, stats in summary(scores).items():
         print(f"{name}: mean {stats['mean']:.4f} median {stats['q50']:.4f} over {stats['lines']} lines")
     print(f"wrote {args.out}", file=sys.stderr)

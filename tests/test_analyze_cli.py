@@ -5,6 +5,8 @@ import math
 
 import pytest
 
+from nat_kd.analysis.metrics import align_corpus
+from nat_kd.analysis.tokenizers import get_tokenizer
 from nat_kd.analyze import main
 
 EN = ["A man rides a horse .", "A woman reads a book .", "Two dogs play .", "A man reads ."]
@@ -124,6 +126,37 @@ def test_sentences_scores_any_pair_of_files(corpus, capsys):
     assert [float(r[6]) for r in rows] == pytest.approx([float(x) for x in (corpus / "frs.txt").read_text().split()],
                                                          nan_ok=True)
     assert "bleu: mean" in capsys.readouterr().out
+
+
+def test_sentences_scores_a_block_at_a_time(tmp_path, monkeypatch):
+    """2,000 real lines in blocks of 300 (the last one short): the file that scoring every line at once writes,
+    FRS included, while memory holds one block's text and sacrebleu statistics (holding all of them, 29,000
+    lines peaked at 862 MB)."""
+    import tracemalloc
+
+    from nat_kd.analysis.metrics import sentence
+    from nat_kd.analysis.metrics.reordering import line_scores
+    from nat_kd.corpus import data_dir, read_lines
+
+    english, german = (read_lines(data_dir() / f"train.{lang}.gz")[:2001] for lang in ("en", "de"))
+    files = {"src": (tmp_path / "src.en", english[:2000]), "hyp": (tmp_path / "hyp.de", german[:2000]),
+             "ref": (tmp_path / "ref.de", german[1:])}  # each line scored against the next one's translation
+    for path, lines in files.values():
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    aligned = align_corpus(english[:2000], german[:2000], get_tokenizer("13a", lowercase=True))
+    sentence.SentenceScorer().score(german[:2000], german[1:]).with_column("frs", line_scores(aligned)).write(
+        tmp_path / "expected.tsv")
+    monkeypatch.setattr(sentence, "SCORE_BLOCK", 300, raising=False)
+    args = ["sentences", *(f"--{name}={path}" for name, (path, _) in files.items())]
+    assert main([*args, "--out", str(tmp_path / "scores.tsv")]) == 0
+    assert (tmp_path / "scores.tsv").read_bytes() == (tmp_path / "expected.tsv").read_bytes()
+    tracemalloc.start()
+    try:
+        assert main([*args[:1], *args[2:], "--out", str(tmp_path / "no_frs.tsv")]) == 0  # without --src
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6  # 10 MB; 50 MB when every line's statistics were held
 
 
 def test_report_finds_a_set_whatever_its_split(corpus, capsys):
