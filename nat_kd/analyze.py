@@ -6,8 +6,10 @@ docs/analysis.md.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +19,9 @@ from nat_kd.analysis.formats import format_alignments, format_table, iter_parall
 from nat_kd.atomic import check_output_file, check_output_folder, write_text, writing
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_file
+from nat_kd.errors import SettingsError
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs
+from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs, parallel_lines
 from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR
 from nat_kd.analysis.metrics.frequency import DEFAULT_BUCKETS
 from nat_kd.analysis.tokenizers import TOKENIZERS, get_tokenizer
@@ -184,7 +187,12 @@ def cmd_modes(args):
 def cmd_report(args):
     from nat_kd.analysis.report import AnalysisReport, DataSet, set_from_arg, set_from_dir
 
-    if args.real_src and args.real_tgt:
+    for given, missing in (("src", "tgt"), ("tgt", "src")):
+        if getattr(args, f"real_{given}") and not getattr(args, f"real_{missing}"):
+            raise SettingsError(f"--real-{given} needs --real-{missing}: pass both, or neither for the "
+                                "Multi30k data in --data-dir")
+    tokenizer = get_tokenizer(args.tok, args.lowercase, args.spm_model)
+    if args.real_src:
         real = DataSet(args.real_name, Path(args.real_src), Path(args.real_tgt))
     else:
         directory = data_dir(args.data_dir)
@@ -193,9 +201,8 @@ def cmd_report(args):
     sets = [set_from_arg(s) for s in args.set or []]
     sets += [set_from_dir(d, args.split, args.src_lang, args.tgt_lang) for d in args.set_dir or []]
     mode_texts = {lang: read_lines(path) for lang, path in parse_pairs(args.lang, "--lang").items()}
-    report = AnalysisReport(get_tokenizer(args.tok, args.lowercase, args.spm_model), aligner_options(args),
-                            args.aligner, args.log_base, args.floor, mode_texts, args.drop_empty,
-                            args.buckets).run(real, sets)
+    report = AnalysisReport(tokenizer, aligner_options(args), args.aligner, args.log_base, args.floor, mode_texts,
+                            args.drop_empty, args.buckets).run(real, sets)
     paths = report.write(args.out)
     sys.stdout.write(report.to_markdown())
     print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
@@ -204,22 +211,38 @@ def cmd_report(args):
             print(f"refreshed {directory}/CARD.md, card.json and scores.tsv", file=sys.stderr)
 
 
+def _blocks(lines: Iterator, size: int) -> Iterator[list]:
+    """``lines`` in lists of ``size``; the first may be empty (no lines: a file still gets its header)."""
+    block = list(itertools.islice(lines, size))
+    yield block
+    while block := list(itertools.islice(lines, size)):
+        yield block
+
+
 def cmd_sentences(args):
     from nat_kd.analysis.metrics.reordering import line_scores
-    from nat_kd.analysis.metrics.sentence import SentenceScorer, summary
+    from nat_kd.analysis.metrics.sentence import SCORE_BLOCK, SentenceScorer, SentenceScores, summary
 
-    hypotheses = read_lines(args.hyp)
-    references = read_lines(args.ref) if args.ref else None
-    if references is not None and len(references) != len(hypotheses):
-        raise CorpusError(f"line-count mismatch: {args.hyp} has {len(hypotheses)} lines but {args.ref} has "
-                          f"{len(references)}; they must be line-aligned")
-    scores = SentenceScorer(args.repeat_n).score(hypotheses, references)
+    tokenizer = get_tokenizer(args.tok, args.lowercase, args.spm_model)
+    frs = None
     if args.src:
-        aligned = align_corpus(iter_lines(args.src), iter_lines(args.hyp),
-                               get_tokenizer(args.tok, args.lowercase, args.spm_model), aligner_options(args),
+        aligned = align_corpus(iter_lines(args.src), iter_lines(args.hyp), tokenizer, aligner_options(args),
                                args.aligner, (args.src, args.hyp), args.drop_empty)
-        scores = scores.with_column("frs", line_scores(aligned))
-    scores.write(args.out)
+        frs = line_scores(aligned)
+    # a block of lines at a time: memory holds one block's text and sacrebleu statistics, and each line's
+    # few numbers (the summary's medians need them all)
+    lines = (parallel_lines(iter_lines(args.hyp), iter_lines(args.ref), (args.hyp, args.ref)) if args.ref
+             else ((line, None) for line in iter_lines(args.hyp)))
+    scorer, parts, done = SentenceScorer(args.repeat_n), [], 0
+    with writing(args.out) as out:
+        for block in _blocks(lines, SCORE_BLOCK):
+            scores = scorer.score([hyp for hyp, _ in block], [ref for _, ref in block] if args.ref else None)
+            if frs is not None:
+                scores = scores.with_column("frs", frs[done:done + len(block)])
+            out.writelines(scores.tsv_lines(done + 1, header=not done))
+            parts.append(scores.columns)
+            done += len(block)
+    scores = SentenceScores({name: np.concatenate([part[name] for part in parts]) for name in parts[0]})
     for name, stats in summary(scores).items():
         print(f"{name}: mean {stats['mean']:.4f} median {stats['q50']:.4f} over {stats['lines']} lines")
     print(f"wrote {args.out}", file=sys.stderr)

@@ -6,6 +6,7 @@ Public source for users elsewhere: https://github.com/multi30k/dataset, folder `
 """
 from __future__ import annotations
 
+import codecs
 import gzip
 import os
 from collections.abc import Iterator
@@ -35,26 +36,41 @@ def data_dir(override: str | os.PathLike | None = None) -> Path:
     return path
 
 
-def split_file(directory: Path, split: str, lang: str) -> Path:
-    """SPLIT.LANG.gz or plain SPLIT.LANG inside ``directory``."""
-    for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
-        if (directory / name).is_file():
-            return directory / name
-    raise CorpusError(f"{directory}: no {split}.{lang}.gz or {split}.{lang}; check --data-dir and the language pair")
+def split_file(directory: Path, split: str, lang: str, option: str = "--data-dir") -> Path:
+    """SPLIT.LANG.gz or plain SPLIT.LANG inside ``directory``; ``option`` is where the user gave that place (a
+    folder, or a file prefix such as --trainpref), for the message when neither file is there."""
+    candidates = [directory / f"{split}.{lang}.gz", directory / f"{split}.{lang}"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    for path in candidates:
+        if path.exists():
+            raise CorpusError(f"{path} is not a file (a folder?); check {option}")
+    raise CorpusError(f"no {candidates[0]} or {candidates[1]}; check {option} and the language pair")
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[str]:
     """The lines of a (possibly gzipped) UTF-8 file one by one, without line ends: memory stays flat.
 
-    A missing file or invalid UTF-8 is a CorpusError naming the file (and line)."""
+    A line ends with \\n or \\r\\n. A UTF-8 byte order mark at the start of the file is dropped, as Python's
+    utf-8-sig codec drops it: it is not text, and would stick to the first word. A missing file, invalid UTF-8
+    or a carriage return inside a line is a CorpusError naming the file (and line): fairseq-preprocess and
+    sacrebleu read text with universal newlines, so a lone \\r would end a line for them but not here, and every
+    later pair would be misaligned."""
     path = Path(path)
     if not path.is_file():
         raise CorpusError(f"{path}: no such file; check the path")
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as handle:
         for number, line in enumerate(handle, 1):
+            line = line.removesuffix(b"\n").removesuffix(b"\r")
+            if number == 1:
+                line = line.removeprefix(codecs.BOM_UTF8)
+            if b"\r" in line:
+                raise CorpusError(f"{path}:{number}: a carriage return (\\r) inside the line, which fairseq and "
+                                  "sacrebleu would read as a line break; remove them, e.g. tr -d '\\r' < IN > OUT")
             try:
-                yield line.rstrip(b"\n").rstrip(b"\r").decode("utf-8")
+                yield line.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise CorpusError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
                                   "re-encode the file as UTF-8") from None

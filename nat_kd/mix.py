@@ -90,27 +90,30 @@ def mix_targets(distilled: list[str], real: list[str], replace: np.ndarray) -> l
     return [r if swap else d for d, r, swap in zip(distilled, real, replace.tolist())]
 
 
-def complexity_of(source: list[str], target: list[str]) -> float:
-    """C(d) of a parallel text with the report's default settings (13a, lowercased, fast_align -d -o -v)."""
+def complexity_of(source: list[str], target: list[str], names: tuple[str, str]) -> float:
+    """C(d) of a parallel text with the report's default settings (13a, lowercased, fast_align -d -o -v);
+    ``names`` say where the two sides come from, for an error message."""
     from nat_kd.analysis.metrics import Complexity, align_corpus
     from nat_kd.analysis.tokenizers import get_tokenizer
 
-    aligned = align_corpus(source, target, get_tokenizer("13a", lowercase=True), drop_empty=True, links=False)
+    aligned = align_corpus(source, target, get_tokenizer("13a", lowercase=True), names=names, drop_empty=True,
+                           links=False)
     return Complexity().table_score(aligned.result.exported_table()).score
 
 
 def reach_complexity(source: list[str], distilled: list[str], real: list[str], order: np.ndarray, start: int,
-                     target: float) -> tuple[int, list[tuple[int, float]]]:
+                     target: float, files: tuple[str, str, str]) -> tuple[int, list[tuple[int, float]]]:
     """The fewest lines k >= start, taken from ``order``, whose replacement brings C(d) to ``target``
     (bisection: C(d) is taken to move monotonically from the distilled set's value towards the real data's);
-    returns k and every (k, C(d)) measured."""
+    returns k and every (k, C(d)) measured. ``files``: where the source, distilled and real lines come from."""
     measured = {}
 
     def c_of(k: int) -> float:
         if k not in measured:
             replace = np.zeros(len(distilled), dtype=bool)
             replace[order[:k]] = True
-            measured[k] = complexity_of(source, mix_targets(distilled, real, replace))
+            names = (files[0], f"{files[1]} with {k} of its lines from {files[2]}")
+            measured[k] = complexity_of(source, mix_targets(distilled, real, replace), names)
             logger.info("C(d) with %d lines replaced: %.4f", k, measured[k])
         return measured[k]
 
@@ -149,6 +152,31 @@ def real_pieces(prepared: PreparedCorpus | None, reference: str, spm_model: str 
     return Tokenization(settings, tgt).encode_all(read_lines(reference))
 
 
+def _described(fingerprint: dict) -> str:
+    """A tokenization's fingerprint (``TokenizationSettings.fingerprint``, or the generator's record of it) in
+    a few words for an error message."""
+    if "spm_model" in fingerprint:
+        return f"sentencepiece model sha256 {fingerprint['spm_model'][:12]}"
+    if "tokenization" not in fingerprint:
+        return "nothing about its tokenization"
+    recorded = fingerprint["tokenization"]
+    names = [recorded[section]["_name"] for section in ("tokenizer", "bpe") if recorded.get(section)]
+    files = [digest[:12] for digest in recorded.get("files_sha256", {}).values()]
+    return (" + ".join(names) or "no tokenization") + (f" (files sha256 {', '.join(files)})" if files else "")
+
+
+def check_same_tokens(prepared: PreparedCorpus, distilled: DistilledSet, meta: dict) -> None:
+    """The prepared corpus's pieces may stand for the set's real targets only in the set's own tokens: its
+    tokenization (settings and the bytes of its files) must be the one the generator recorded in meta.json's
+    fingerprint. Any other would write pieces the set's dictionary lacks, as <unk>, into bin/."""
+    ours = prepared.tokenization().fingerprint()
+    recorded = meta.get("fingerprint", {})
+    if {key: recorded.get(key) for key in ours} != ours:
+        raise CorpusError(f"--prepared {prepared.root} is tokenized with {_described(ours)}, but "
+                          f"{distilled.meta_file} records {_described(recorded)}: pass the prepared corpus the "
+                          "teacher was trained on, or --reference with --spm-model set to the teacher's model")
+
+
 def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepared: str | None = None,
         reference: str | None = None, spm_model: str | None = None, name: str | None = None) -> dict:
     """Build the mixed set; returns its meta.json."""
@@ -170,6 +198,8 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
                           f"{source_set.root} (or regenerate the set)")
     split, src, tgt = meta["split"], meta["source_lang"], meta["target_lang"]
     prepared_corpus = PreparedCorpus(prepared) if prepared else None
+    if prepared_corpus is not None:
+        check_same_tokens(prepared_corpus, source_set, meta)
     reference = reference or (str(prepared_corpus.raw(split, tgt)) if prepared_corpus else None)
     if reference is None:
         raise SettingsError("pass --prepared or --reference: the real targets to mix in")
@@ -187,7 +217,8 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
     if rule.target_complexity is not None:
         order = rule.order(scores, chosen)
         k, search = reach_complexity(source_text, distilled_text, real_text, order, int(chosen.sum()),
-                                     rule.target_complexity)
+                                     rule.target_complexity,
+                                     (str(source_set.text(split, src)), str(source_set.text(split, tgt)), reference))
         chosen = np.zeros(len(scores), dtype=bool)
         chosen[order[:k]] = True
     target_text = mix_targets(distilled_text, real_text, chosen)

@@ -130,15 +130,15 @@ def own_split(files: dict[str, Path], cfg: PrepareConfig,
             yield src, tgt, None
 
 
-def _prefixed(prefix: str, lang: str) -> Path:
+def _prefixed(prefix: str, lang: str, option: str) -> Path:
     """PREFIX.LANG(.gz), as fairseq-preprocess names a split's files."""
-    return split_file(Path(prefix).parent, Path(prefix).name, lang)
+    return split_file(Path(prefix).parent, Path(prefix).name, lang, option)
 
 
 def input_files(raw_dir: Path | None, cfg: PrepareConfig) -> dict[str, dict[str, Path]]:
     """fairseq's split name -> language -> the file it is read from."""
     if cfg.trainpref:
-        return {name: {lang: _prefixed(prefix, lang) for lang in (cfg.src, cfg.tgt)}
+        return {name: {lang: _prefixed(prefix, lang, f"--{name}pref") for lang in (cfg.src, cfg.tgt)}
                 for name, prefix in cfg.prefixes().items()}
     return {name: {lang: split_file(raw_dir, split, lang) for lang in (cfg.src, *cfg.target_languages)}
             for split, name in FAIRSEQ_SPLITS.items()}

@@ -5,6 +5,8 @@ import math
 
 import pytest
 
+from nat_kd.analysis.metrics import align_corpus
+from nat_kd.analysis.tokenizers import get_tokenizer
 from nat_kd.analyze import main
 
 EN = ["A man rides a horse .", "A woman reads a book .", "Two dogs play .", "A man reads ."]
@@ -45,6 +47,23 @@ def test_complexity_from_text_and_from_table(corpus, capsys):
     assert main(["complexity", "--table", str(corpus / "t"), "--json", str(corpus / "c2.json")]) == 0
     assert json.loads((corpus / "c2.json").read_text())["score"] == pytest.approx(from_text, abs=1e-5)
     assert "C(d) =" in capsys.readouterr().out
+
+
+def test_byte_order_mark_is_not_a_word(tmp_path, capsys):
+    """A UTF-8 byte order mark (as Windows editors write it) is dropped: the same complexity, over the same 706
+    source words, as the file without it (the real first 200 pairs of Multi30k en-de)."""
+    from nat_kd.corpus import data_dir, read_lines
+
+    for lang in ("en", "de"):
+        text = "".join(line + "\n" for line in read_lines(data_dir() / f"train.{lang}.gz")[:200])
+        (tmp_path / f"plain.{lang}").write_text(text, encoding="utf-8")
+        (tmp_path / f"bom.{lang}").write_text(text, encoding="utf-8-sig")
+    assert read_lines(tmp_path / "bom.en")[0] == "Two young, White males are outside near many bushes."
+    for name in ("plain", "bom"):
+        assert main(["complexity", "--src", str(tmp_path / f"{name}.en"), "--tgt", str(tmp_path / f"{name}.de"),
+                     "--json", str(tmp_path / f"{name}.json")]) == 0
+    plain, bom = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("plain", "bom"))
+    assert bom == plain and bom["vocab_size"] == 706
 
 
 def test_report_contract(corpus, capsys):
@@ -107,6 +126,37 @@ def test_sentences_scores_any_pair_of_files(corpus, capsys):
     assert [float(r[6]) for r in rows] == pytest.approx([float(x) for x in (corpus / "frs.txt").read_text().split()],
                                                          nan_ok=True)
     assert "bleu: mean" in capsys.readouterr().out
+
+
+def test_sentences_scores_a_block_at_a_time(tmp_path, monkeypatch):
+    """2,000 real lines in blocks of 300 (the last one short): the file that scoring every line at once writes,
+    FRS included, while memory holds one block's text and sacrebleu statistics (holding all of them, 29,000
+    lines peaked at 862 MB)."""
+    import tracemalloc
+
+    from nat_kd.analysis.metrics import sentence
+    from nat_kd.analysis.metrics.reordering import line_scores
+    from nat_kd.corpus import data_dir, read_lines
+
+    english, german = (read_lines(data_dir() / f"train.{lang}.gz")[:2001] for lang in ("en", "de"))
+    files = {"src": (tmp_path / "src.en", english[:2000]), "hyp": (tmp_path / "hyp.de", german[:2000]),
+             "ref": (tmp_path / "ref.de", german[1:])}  # each line scored against the next one's translation
+    for path, lines in files.values():
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    aligned = align_corpus(english[:2000], german[:2000], get_tokenizer("13a", lowercase=True))
+    sentence.SentenceScorer().score(german[:2000], german[1:]).with_column("frs", line_scores(aligned)).write(
+        tmp_path / "expected.tsv")
+    monkeypatch.setattr(sentence, "SCORE_BLOCK", 300, raising=False)
+    args = ["sentences", *(f"--{name}={path}" for name, (path, _) in files.items())]
+    assert main([*args, "--out", str(tmp_path / "scores.tsv")]) == 0
+    assert (tmp_path / "scores.tsv").read_bytes() == (tmp_path / "expected.tsv").read_bytes()
+    tracemalloc.start()
+    try:
+        assert main([*args[:1], *args[2:], "--out", str(tmp_path / "no_frs.tsv")]) == 0  # without --src
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6  # 10 MB; 50 MB when every line's statistics were held
 
 
 def test_report_finds_a_set_whatever_its_split(corpus, capsys):
@@ -247,6 +297,33 @@ def test_report_bleu_is_sacrebleus_corpus_score(corpus, monkeypatch):
     expected = sacrebleu.BLEU(lowercase=True).corpus_score((corpus / "hyp.de").read_text().splitlines(), [DE])
     assert row["bleu"] == pytest.approx(expected.score, abs=1e-9)
     assert row["length_ratio"] == pytest.approx(expected.sys_len / expected.ref_len)
+
+
+def test_report_needs_both_real_sides_or_neither(tmp_path, capsys):
+    """One side of the real data alone is not silently replaced by the default Multi30k pair: an error before
+    any work."""
+    from nat_kd.corpus import data_dir
+
+    out = tmp_path / "report"
+    for given, missing in (("src", "tgt"), ("tgt", "src")):
+        lang = "en" if given == "src" else "de"
+        assert main(["report", f"--real-{given}", str(data_dir() / f"val.{lang}.gz"), "--set-dir",
+                     str(tmp_path / "kd"), "--out", str(out)]) == 2
+        assert capsys.readouterr().err == (f"error: --real-{given} needs --real-{missing}: pass both, or neither "
+                                           "for the Multi30k data in --data-dir\n")
+    assert not out.exists()
+
+
+def test_spm_model_without_tok_spm_is_an_error_not_ignored(tiny_en_de, tmp_path, capsys):
+    """--spm-model is an argument of --tok spm: with the default 13a tokeniser it would be silently unused."""
+    args = ["complexity", "--src", str(tiny_en_de / "raw" / "valid.en"), "--tgt", str(tiny_en_de / "raw" / "valid.de"),
+            "--spm-model", str(tiny_en_de / "spm.model"), "--json", str(tmp_path / "c.json")]
+    assert main(args) == 2
+    assert capsys.readouterr().err == ("error: --spm-model is read only by --tok spm, not --tok 13a: add --tok spm to "
+                                       "tokenise with the model, or drop --spm-model\n")
+    assert not (tmp_path / "c.json").exists()
+    assert main([*args, "--tok", "none"]) == 2
+    assert "not --tok none" in capsys.readouterr().err
 
 
 def test_missing_file_and_bad_options_are_one_line_errors(corpus, capsys):

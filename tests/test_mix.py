@@ -9,20 +9,24 @@ from nat_kd.artifacts import DistilledSet
 from nat_kd.distill.output import write_output
 from nat_kd.distill.source import load_binarized
 from nat_kd.errors import SettingsError
+from nat_kd.hashing import sha256_file
 from nat_kd.mix import MixRule, main, mix
 
 N = 1014  # Multi30k's valid split, whole: the real targets are the prepared corpus's
 
 
-def write_distilled(tiny_en_de, out, bin_left_out=()):
+def write_distilled(tiny_en_de, out, bin_left_out=(), empty_outputs=False):
     """A distilled set written by the generator's own output code, with targets made by hand: every third line
-    a reference said twice (a repeated n-gram), the others the reference's first three words."""
+    a reference said twice (a repeated n-gram), the others the reference's first three words (or, as from a
+    teacher that ends every sentence at once, ``empty_outputs``)."""
     from fairseq.data import Dictionary
 
     refs = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()
     sources = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()
     assert len(refs) == N
     targets = [f"{r} {r}" if i % 3 == 0 else " ".join(r.split()[:3]) for i, r in enumerate(refs)]
+    if empty_outputs:
+        targets = [""] * N
     import sentencepiece
 
     sp = sentencepiece.SentencePieceProcessor(model_file=str(tiny_en_de / "spm.model"))
@@ -33,6 +37,7 @@ def write_distilled(tiny_en_de, out, bin_left_out=()):
     scores = SentenceScorer().score(targets, refs, logprobs=[-0.1 * i for i in range(N)])
     meta = {"name": "kd", "strategy": "beam", "split": "valid", "source_lang": "en", "target_lang": "de",
             "sentences": N, "empty_source_lines": [], "truncated_source_lines": [], "teacher": {},
+            "fingerprint": {"spm_model": sha256_file(tiny_en_de / "spm.model")},  # as the generator records it
             "files": {"source": "valid.en", "target": "valid.de", "binarized_left_out_lines": list(bin_left_out)}}
     write_output(out, split="valid", src="en", tgt="de", source_text=sources, source_tokens=tokens,
                  source_pieces=source_pieces, target_pieces=pieces, target_text=targets,
@@ -154,3 +159,35 @@ def test_an_out_that_is_a_file_or_holds_other_files_is_refused(distilled, tiny_e
     with pytest.raises(SettingsError, match=r"folder exists and is not a distilled set \(no meta\.json\)"):
         mix(kd, folder, MixRule(repeated=True), prepared=str(tiny_en_de))
     assert plain.read_text() == (folder / "notes.txt").read_text() == "keep me"
+
+
+def test_a_prepared_corpus_in_other_tokens_is_refused(distilled, tiny_en_de, tmp_path, capsys):
+    """The same Multi30k valid split prepared with its own sentencepiece model: its pieces are not the set's
+    tokens (11% of them would be <unk> in the set's dictionary), so the mix stops before writing anything."""
+    from nat_kd.prepare import PrepareConfig, prepare
+
+    kd = distilled[0]
+    valid = str(tiny_en_de / "raw" / "valid")
+    other = prepare(PrepareConfig("en", "de", vocab_size=250, trainpref=valid, validpref=valid),
+                    out_dir=tmp_path / "other", workers=1)
+    out = tmp_path / "mixed"
+    assert main(["--distilled", str(kd), "--prepared", str(other), "--repeated", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (f"--prepared {other} is tokenized with sentencepiece model sha256 {sha256_file(other / 'spm.model')[:12]}, "
+            f"but {kd / 'meta.json'} records sentencepiece model sha256 {sha256_file(tiny_en_de / 'spm.model')[:12]}"
+            in err)
+    assert "pass the prepared corpus the teacher was trained on" in err
+    assert not out.exists()
+
+
+def test_target_complexity_of_a_set_without_outputs_names_its_files(tiny_en_de, tmp_path, capsys):
+    kd = tmp_path / "kd"
+    write_distilled(tiny_en_de, kd, empty_outputs=True)
+    out = tmp_path / "mixed"
+    assert main(["--distilled", str(kd), "--prepared", str(tiny_en_de), "--target-complexity", "0.5",
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {kd / 'valid.en'} and {kd / 'valid.de'} with 0 of its lines from {tiny_en_de / 'raw' / 'valid.de'}: "
+        f"every one of its {N} sentence pairs has an empty side, nothing to align; check that both hold text\n")
+    assert not out.exists()

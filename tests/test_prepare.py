@@ -174,3 +174,39 @@ def test_an_own_corpus_with_a_model_is_prepared_line_by_line(raw_dir, tmp_path):
     small_peak, small_size = peak_and_size(500)
     large_peak, large_size = peak_and_size(6000)
     assert large_peak - small_peak < large_size - small_size
+
+
+def test_crlf_ends_a_line_but_a_carriage_return_inside_one_is_an_error(raw_dir, tmp_path, capsys):
+    """fairseq-preprocess reads with universal newlines: a lone \\r would split a line there and shift every later
+    pair in bin/, so it is refused before anything is written."""
+    english, german = (read_lines(raw_dir / f"train.{lang}.gz")[:5] for lang in ("en", "de"))
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "train.en").write_bytes("".join(line + "\r\n" for line in english).encode())
+    assert read_lines(own / "train.en") == english  # Windows line ends are line ends
+    german[2] = "Ein kleines Mädchen klettert\rin ein Spielhaus aus Holz."
+    (own / "train.de").write_bytes("".join(line + "\n" for line in german).encode())
+    out = tmp_path / "out"
+    assert main(["--src", "en", "--tgt", "de", "--trainpref", str(own / "train"), "--pretokenized",
+                 "--out-dir", str(out), "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{own / 'train.de'}:3: a carriage return (\\r) inside the line" in err and "tr -d '\\r'" in err
+    assert not out.exists()
+
+
+def test_missing_own_corpus_file_names_the_prefix_option(raw_dir, tmp_path, capsys):
+    """A file of an own corpus is found by its prefix option, not by --data-dir (which does not apply)."""
+    own = tmp_path / "own"
+    own.mkdir()
+    for lang in ("en", "de"):
+        (own / f"train.{lang}").write_text("".join(line + "\n" for line in read_lines(raw_dir / f"train.{lang}.gz")),
+                                           encoding="utf-8")
+    (own / "dev.en").mkdir()  # a folder where a file should be
+    common = ["--src", "en", "--tgt", "de", "--out-dir", str(tmp_path / "out"), "--workers", "1"]
+    assert main(["--trainpref", str(own / "nonexist"), *common]) == 2
+    assert capsys.readouterr().err == (f"error: no {own / 'nonexist.en.gz'} or {own / 'nonexist.en'}; check "
+                                       "--trainpref and the language pair\n")
+    assert main(["--trainpref", str(own / "train"), "--validpref", str(own / "dev"), *common]) == 2
+    assert capsys.readouterr().err == f"error: {own / 'dev.en'} is not a file (a folder?); check --validpref\n"
+    assert not (tmp_path / "out").exists()

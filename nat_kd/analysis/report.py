@@ -65,7 +65,7 @@ def set_from_dir(directory: str | Path, split: str | None, src_lang: str, tgt_la
                 raise CorpusError(f"{distilled.root}: no meta.json, and {len(splits)} splits with both .{src_lang} "
                                   f"and .{tgt_lang} files ({', '.join(splits) or 'none'}); pass --split")
             split = splits[0]
-        src, tgt = split_file(distilled.root, split, src_lang), split_file(distilled.root, split, tgt_lang)
+        src, tgt = (split_file(distilled.root, split, lang, "--set-dir") for lang in (src_lang, tgt_lang))
     return DataSet(str(meta.get("name") or distilled.root.name), src, tgt, str(meta.get("strategy", "")),
                    distilled.root if "files" in meta else None)  # written by the generator or nat_kd.mix
 

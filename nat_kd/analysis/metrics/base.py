@@ -104,7 +104,10 @@ class TokenizedPairs:
                 self.pairs += 1
                 yield s.split(), t.split()
         if not self.pairs:
-            raise CorpusError(f"{self.names[0]}: no sentence pairs left to align")
+            found = (f"every one of its {self.dropped} sentence pairs has an empty side" if self.dropped
+                     else "no sentence pairs")
+            raise CorpusError(f"{self.names[0]} and {self.names[1]}: {found}, nothing to align; check that both "
+                              "hold text")
 
 
 def align_corpus(src: Iterable[str], tgt: Iterable[str], tokenizer: Tokenizer,
