@@ -458,7 +458,7 @@ def test_bad_inputs_are_refused_before_any_job_is_submitted(micro_local, tmp_pat
     for out, extra, message in [
             (tmp_path / "bad", ["--max-tokens", "4"], "--max-tokens 4 is smaller than the longest sentence"),
             (tmp_path / "bad", ["--split", "nosuch"], "nosuch"),
-            (tmp_path / "file" / "bad", [], "cannot write in"),
+            (tmp_path / "file" / "bad", [], "file is a file, not a folder, so"),
             (tmp_path / "bad", ["--fp16"], "--fp16 runs the teacher in half precision on a GPU: set [resources.distil] "
                                            "gpus = 1")]:
         assert _generate(micro_local, out, "--num-shards", "2", "--launcher", "submitit-local", "--cluster",
