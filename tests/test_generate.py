@@ -502,32 +502,57 @@ def test_report_adds_frs_and_the_data_measures_to_the_card(runs, corpus, tmp_pat
     assert "### Source words by frequency" in (out / "CARD.md").read_text()
 
 
-def test_student_data_binarizes_a_fairseq_teachers_set_in_another_vocabulary(teacher, tiny_en_de, corpus,
-                                                                             tmp_path_factory):
-    """--student-data with a fairseq teacher: bin/ holds the texts encoded by the student's sentencepiece model
-    (200 pieces, not the teacher's 300) and its dictionaries, <unk> counted as fairseq-preprocess counts it;
-    spm/ keeps the teacher's pieces."""
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    """The student's nat_kd.prepare folder: the same Multi30k slice with its own sentencepiece model of 200
+    pieces (the teacher's has 300)."""
+    from nat_kd.prepare import PrepareConfig, prepare
+
+    return prepare(PrepareConfig("en", "de", vocab_size=200, train_limit=203),
+                   out_dir=tmp_path_factory.mktemp("student") / "en-de")
+
+
+@pytest.fixture(scope="module")
+def student_set(teacher, tiny_en_de, corpus, student, tmp_path_factory):
+    """A greedy set with --student-data."""
+    return distill(config(teacher, tiny_en_de, corpus, tmp_path_factory.mktemp("s") / "o", strategy="greedy",
+                          student_data=str(student)))
+
+
+def student_encoded(student: Path, lang: str, texts: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """``texts`` as the student's sentencepiece model encodes them, and those pieces as its dictionary stores them
+    (a piece it lacks as <unk>)."""
     import sentencepiece
     from fairseq.data import Dictionary
 
-    from nat_kd.distill.source import load_binarized
-    from nat_kd.prepare import PrepareConfig, prepare
+    model = sentencepiece.SentencePieceProcessor(model_file=str(student / "spm.model"))
+    dictionary = Dictionary.load(str(student / "bin" / f"dict.{lang}.txt"))
+    pieces = [model.encode(text, out_type=str) for text in texts]
+    return pieces, [[p if p in dictionary.indices else "<unk>" for p in line] for line in pieces]
 
-    student = prepare(PrepareConfig("en", "de", vocab_size=200, train_limit=203),
-                      out_dir=tmp_path_factory.mktemp("student") / "en-de")
-    result = distill(config(teacher, tiny_en_de, corpus, tmp_path_factory.mktemp("s") / "o", strategy="greedy",
-                            student_data=str(student)))
-    out, model = result.out_dir, sentencepiece.SentencePieceProcessor(model_file=str(student / "spm.model"))
+
+def binarized(folder: Path, lang: str, dict_dir: Path) -> list[list[str]]:
+    from fairseq.data import Dictionary
+
+    from nat_kd.distill.source import load_binarized
+
+    dictionary = Dictionary.load(str(dict_dir / f"dict.{lang}.txt"))
+    return [dictionary.string(t).split() for t in load_binarized(folder, "valid", lang, "en-de", dictionary)]
+
+
+def test_student_data_binarizes_a_fairseq_teachers_set_in_another_vocabulary(teacher, tiny_en_de, corpus, student,
+                                                                             student_set, tmp_path_factory):
+    """--student-data with a fairseq teacher: bin/ holds the texts encoded by the student's sentencepiece model
+    (200 pieces, not the teacher's 300) and its dictionaries, <unk> counted as fairseq-preprocess counts it;
+    spm/ keeps the teacher's pieces."""
+    out = student_set.out_dir
     kept = [i for i in range(N_LINES) if i + 1 != EMPTY_LINE]  # bin/ leaves the empty source out
-    recorded = result.meta["student_vocabulary"]
+    recorded = student_set.meta["student_vocabulary"]
     for lang, side in (("en", "source"), ("de", "target")):
-        dictionary = Dictionary.load(str(student / "bin" / f"dict.{lang}.txt"))
-        expected = [model.encode(lines(out / f"valid.{lang}")[i], out_type=str) for i in kept]
-        stored = load_binarized(out / "bin", "valid", lang, "en-de", dictionary)
-        assert [dictionary.string(t).split() for t in stored] == [
-            [p if p in dictionary.indices else "<unk>" for p in pieces] for pieces in expected]
+        expected, stored = student_encoded(student, lang, [lines(out / f"valid.{lang}")[i] for i in kept])
+        assert binarized(out / "bin", lang, student / "bin") == stored
         assert recorded[side] == {"tokens": sum(map(len, expected)),
-                                  "unk": sum(p not in dictionary.indices for e in expected for p in e),
+                                  "unk": sum(line.count("<unk>") for line in stored),
                                   "unk_share": pytest.approx(recorded[side]["unk"] / sum(map(len, expected)),
                                                              abs=1e-6)}
     assert lines(out / "spm" / "valid.de") == lines(distill(config(teacher, tiny_en_de, corpus,

@@ -26,7 +26,7 @@ from .output import write_output
 from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
 from .scores import scores
 from .source import token_strings
-from .student import UNK_WARNING_SHARE, StudentData
+from .student import StudentData
 from .workers import Session, choose_device, decode_pending, parallelism
 
 logger = logging.getLogger("nat_kd.generate_distilled")
@@ -89,25 +89,17 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
                   "scores": out.scores_file.name, "card": [out.card_markdown.name, out.card_json.name]},
     }
     # bin/ in the teacher's tokens, with the teacher's data's other splits; or in the student's
-    dict_dir, data_dir = teacher.dict_dir, Path(cfg.data_dir) if cfg.data_dir and not cfg.published_teacher else None
-    student_pieces = None
-    if cfg.student_data:
-        student = StudentData(cfg.student_data, teacher.source_lang, teacher.target_lang)
-        student_pieces = student.encode(corpus.source_text, target_text)
-        dict_dir, data_dir = student.bin_dir, student.bin_dir
-        meta["student_vocabulary"] = student.describe()
+    student = StudentData(cfg.student_data, teacher.source_lang, teacher.target_lang) if cfg.student_data else None
+    bin_arguments = (student.bin_arguments(corpus.source_text, target_text, meta) if student else
+                     {"dict_dir": teacher.dict_dir,
+                      "data_dir": Path(cfg.data_dir) if cfg.data_dir and not cfg.published_teacher else None})
     write_output(out_dir, split=cfg.split, src=teacher.source_lang, tgt=teacher.target_lang,
                  source_text=corpus.source_text, source_tokens=corpus.source_tokens,
-                 source_pieces=source_pieces, target_pieces=pieces,
-                 target_text=target_text, dict_dir=dict_dir, meta=meta, data_dir=data_dir,
+                 source_pieces=source_pieces, target_pieces=pieces, target_text=target_text, meta=meta,
                  bin_left_out=bin_left_out, references=corpus.references,
-                 sentence_scores=SentenceScores(line_scores, SentenceScorer().settings),
-                 student_pieces=student_pieces)
-    if cfg.student_data:
-        share = meta["student_vocabulary"]["target"]["unk_share"]
-        if share > UNK_WARNING_SHARE:
-            logger.warning("%.2f%% of the distilled target tokens are <unk> in the student's dictionary (%s): the "
-                           "student's vocabulary misses much of what the teacher writes", 100 * share, dict_dir)
+                 sentence_scores=SentenceScores(line_scores, SentenceScorer().settings), **bin_arguments)
+    if student:
+        student.warn_unknown(meta)
     # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
     meta["timing"]["wall_seconds"] = round(time.perf_counter() - started, 3)
     atomic.write_json(out.meta_file, meta)

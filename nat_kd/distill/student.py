@@ -4,11 +4,14 @@ from a nat_kd.prepare folder (nat_kd.artifacts.PreparedCorpus), so bin/ is ready
 tokens the teacher wrote (a published teacher's own, or a fairseq teacher's other vocabulary)."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
+
+logger = logging.getLogger("nat_kd.distill.student")
 
 # a larger share of the targets' tokens outside the student's dictionary is warned about (and on the card)
 UNK_WARNING_SHARE = 0.01
@@ -44,3 +47,17 @@ class StudentData:
     def describe(self) -> dict:
         return {"data": str(self.prepared.root.resolve()), "tokenization": self.tokenization.describe(),
                 "dictionaries": str(self.bin_dir.resolve()), "unk_warning_share": UNK_WARNING_SHARE}
+
+    def bin_arguments(self, source_text: list[str], target_text: list[str], meta: dict) -> dict:
+        """write_output's arguments for a bin/ in the student's tokens: the texts encoded, its dictionaries and
+        its data's other splits. ``meta`` gets ``student_vocabulary``, which write_output completes with each
+        side's token and <unk> counts (then ``warn_unknown``)."""
+        meta["student_vocabulary"] = self.describe()
+        return {"student_pieces": self.encode(source_text, target_text), "dict_dir": self.bin_dir,
+                "data_dir": self.bin_dir}
+
+    def warn_unknown(self, meta: dict) -> None:
+        share = meta["student_vocabulary"]["target"]["unk_share"]
+        if share > UNK_WARNING_SHARE:
+            logger.warning("%.2f%% of the target tokens are <unk> in the student's dictionary (%s): the student's "
+                           "vocabulary misses much of what the set's targets say", 100 * share, self.bin_dir)
