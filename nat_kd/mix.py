@@ -10,7 +10,9 @@ replaces further lines, worst first by ``--worst-by`` (sentence BLEU by default)
 reaches C. The output is a distilled-set folder like the generator's (SPLIT.SRC, SPLIT.TGT, spm/, bin/
 ready for fairseq-train, scores.tsv with a ``replaced`` column, meta.json with the rule and the counts, and
 the dataset card), written atomically. The source side, its binarized ids (truncation included) and the
-dictionaries are the distilled set's own; the real targets' pieces are those of the prepared corpus.
+dictionaries are the distilled set's own; the real targets' pieces are those of the prepared corpus. A set
+binarized in the student's tokens (generate_distilled --student-data) is mixed into one too: bin/ holds the
+mixed texts re-encoded with the student's data the set records, spm/ the teacher's pieces.
 """
 from __future__ import annotations
 
@@ -184,6 +186,7 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
     from nat_kd.distill.pipeline import check_out_dir
     from nat_kd.distill.scores import scores as corpus_scores, statistics
     from nat_kd.distill.source import load_binarized
+    from nat_kd.distill.student import StudentData
 
     rule.validate()
     source_set, out = DistilledSet(distilled_dir), DistilledSet(out_dir)
@@ -200,6 +203,8 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
     prepared_corpus = PreparedCorpus(prepared) if prepared else None
     if prepared_corpus is not None:
         check_same_tokens(prepared_corpus, source_set, meta)
+    # a set in the student's tokens: its bin/ holds the texts encoded with the student's data, not spm/'s pieces
+    student = StudentData.recorded(meta, source_set.meta_file)
     reference = reference or (str(prepared_corpus.raw(split, tgt)) if prepared_corpus else None)
     if reference is None:
         raise SettingsError("pass --prepared or --reference: the real targets to mix in")
@@ -257,11 +262,14 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
                   "binarized_sentences": len(source_text) - len(left_out), "binarized_left_out_lines": left_out,
                   "scores": out.scores_file.name, "card": [out.card_markdown.name, out.card_json.name]},
     }
+    bin_arguments = (student.bin_arguments(source_text, target_text, new_meta) if student else
+                     {"dict_dir": source_set.bin.root, "data_dir": source_set.bin.root})
     write_output(out.root, split=split, src=src, tgt=tgt, source_text=source_text, source_tokens=source_tokens,
                  source_pieces=read_lines(source_set.pieces(split, src)), target_pieces=target_pieces,
-                 target_text=target_text, dict_dir=source_set.bin.root, meta=new_meta,
-                 data_dir=source_set.bin.root, bin_left_out=left_out, references=real_text,
-                 sentence_scores=line_scores)
+                 target_text=target_text, meta=new_meta, bin_left_out=left_out, references=real_text,
+                 sentence_scores=line_scores, **bin_arguments)
+    if student:
+        student.warn_unknown(new_meta)
     return new_meta
 
 

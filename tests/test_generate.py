@@ -559,3 +559,76 @@ def test_student_data_binarizes_a_fairseq_teachers_set_in_another_vocabulary(tea
                                                                    tmp_path_factory.mktemp("t") / "o",
                                                                    strategy="greedy")).out_dir / "spm" / "valid.de")
     assert "Student vocabulary" in (out / "CARD.md").read_text()
+
+
+def test_a_mix_of_a_student_data_set_is_binarized_in_the_students_tokens(tiny_en_de, corpus, student, student_set,
+                                                                         tmp_path):
+    """nat_kd.mix of a --student-data set: bin/ holds the mixed texts (the references on the lines the rule
+    picks) encoded by the student's model and looked up in its dictionaries, as the generator writes its bin/;
+    not the teacher's pieces looked up there (sequences the student's model does not write, 4% of them <unk>
+    on this set). spm/ keeps the teacher's pieces, and meta.json's student_vocabulary, with the mix's <unk>
+    counts, says what bin/ is."""
+    import sentencepiece
+
+    from nat_kd.analysis.metrics.sentence import SentenceScores
+    from nat_kd.mix import main as mix_main
+
+    kd, out = student_set.out_dir, tmp_path / "mixed"
+    logprob = SentenceScores.read(kd / "scores.tsv")["logprob"]
+    threshold = float(np.nanmedian(logprob))  # about half the lines take the reference
+    replaced = (logprob < threshold).tolist()
+    assert 0 < sum(replaced) < N_LINES - 1
+    assert mix_main(["--distilled", str(kd), "--reference", str(corpus / "ref.de"), "--spm-model",
+                     str(tiny_en_de / "spm.model"), "--logprob-below", repr(threshold), "--out", str(out)]) == 0
+    references = lines(corpus / "ref.de")
+    mixed = [r if swap else t for r, t, swap in zip(references, lines(kd / "valid.de"), replaced)]
+    assert lines(out / "valid.de") == mixed
+    kept = [i for i in range(N_LINES) if i + 1 != EMPTY_LINE]  # the set's bin/ left the empty source out
+    expected, stored = student_encoded(student, "de", [mixed[i] for i in kept])
+    assert binarized(out / "bin", "de", student / "bin") == stored
+    meta = json.loads((out / "meta.json").read_text())
+    recorded = meta["student_vocabulary"]
+    assert recorded["data"] == str(student.resolve()) and recorded["dictionaries"] == str((student / "bin").resolve())
+    assert (recorded["target"]["tokens"], recorded["target"]["unk"]) == (
+        sum(map(len, expected)), sum(line.count("<unk>") for line in stored))
+    # the source side is the set's, binarized in the student's tokens; the other splits are the student's
+    for name in ("valid.en-de.en.bin", "valid.en-de.en.idx", "dict.en.txt", "dict.de.txt", "test.en-de.de.bin"):
+        assert (out / "bin" / name).read_bytes() == (kd / "bin" / name).read_bytes(), name
+    assert recorded["source"] == student_set.meta["student_vocabulary"]["source"]
+    # spm/ in the teacher's tokens: the references as its model encodes them on the replaced lines
+    teacher_model = sentencepiece.SentencePieceProcessor(model_file=str(tiny_en_de / "spm.model"))
+    teacher_pieces = lines(kd / "spm" / "valid.de")
+    assert lines(out / "spm" / "valid.de") == [
+        " ".join(teacher_model.encode(r, out_type=str)) if swap else p
+        for r, p, swap in zip(references, teacher_pieces, replaced)]
+    assert "Student vocabulary" in (out / "CARD.md").read_text()
+
+
+def test_a_mix_of_a_student_data_set_whose_student_data_is_gone_or_changed_is_refused(
+        teacher, tiny_en_de, corpus, student, tmp_path, capsys):
+    """The mix re-encodes the texts with the student's data the set records: if that folder is gone, or holds
+    another tokenization or dictionaries than the generator's fingerprint recorded, it stops before writing."""
+    moved = tmp_path / "student"
+    shutil.copytree(student, moved)
+    kd = distill(config(teacher, tiny_en_de, corpus, tmp_path / "kd", strategy="greedy",
+                        student_data=str(moved))).out_dir
+    capsys.readouterr()
+    args = ["--distilled", str(kd), "--reference", str(corpus / "ref.de"), "--spm-model",
+            str(tiny_en_de / "spm.model"), "--repeated", "--out", str(tmp_path / "mixed")]
+    from nat_kd.mix import main as mix_main
+
+    # prepared again with the teacher's vocabulary: another model and dictionaries in the same folder
+    for name in ("spm.model", "bin/dict.en.txt", "bin/dict.de.txt"):
+        shutil.copyfile(tiny_en_de / name, moved / name)
+    assert mix_main(args) == 2
+    assert capsys.readouterr().err == (
+        f"error: {kd / 'meta.json'} records bin/ in the tokens of the student's data {moved.resolve()}, whose "
+        "tokenization or dictionaries are not those its fingerprint.student_data records: restore it as it was, or "
+        "regenerate the set with generate_distilled --student-data\n")
+    shutil.rmtree(moved)
+    assert mix_main(args) == 2
+    assert capsys.readouterr().err == (
+        f"error: {kd / 'meta.json'} records bin/ in the tokens of the student's data {moved.resolve()}, which is "
+        "gone (no manifest.json): restore it as it was, or regenerate the set with generate_distilled "
+        "--student-data\n")
+    assert not (tmp_path / "mixed").exists()

@@ -32,6 +32,27 @@ class StudentData:
                                     "nat_kd.prepare output?")
         self.tokenization = self.prepared.tokenization()
 
+    @classmethod
+    def recorded(cls, meta: dict, meta_file: Path) -> StudentData | None:
+        """The student's data a set's bin/ was written in (meta.json's ``student_vocabulary``; None for a set in
+        the teacher's tokens), refused unless it still tokenizes and binarizes as the generator's fingerprint
+        recorded: bin/ rewritten from the texts with other data would silently be in another vocabulary than the
+        set's, for another student than the one it was made for."""
+        recorded = meta.get("student_vocabulary")
+        if recorded is None:
+            return None
+        folder = recorded["data"]
+        fix = "restore it as it was, or regenerate the set with generate_distilled --student-data"
+        if not PreparedCorpus(folder).manifest_file.is_file():
+            raise SettingsError(f"{meta_file} records bin/ in the tokens of the student's data {folder}, which is "
+                                f"gone (no manifest.json): {fix}")
+        student = cls(folder, meta["source_lang"], meta["target_lang"])
+        if student.fingerprint() != meta.get("fingerprint", {}).get("student_data"):
+            raise SettingsError(f"{meta_file} records bin/ in the tokens of the student's data {folder}, whose "
+                                f"tokenization or dictionaries are not those its fingerprint.student_data records: "
+                                f"{fix}")
+        return student
+
     def encode(self, source: list[str], target: list[str]) -> tuple[list[str], list[str]]:
         """The texts in the student's tokens."""
         from nat_kd.tokenization import Tokenization
