@@ -13,7 +13,6 @@ is rewritten after every measurement: a killed run resumes in the chunk it was i
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import replace
@@ -57,9 +56,8 @@ def out_of_patience(curve: list[dict], patience: int) -> bool:
 
 
 def _copy_atomically(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+    with atomic.replacing(dst) as tmp:
+        shutil.copyfile(src, tmp)
 
 
 def train_with_curve(save_dir: Path, training: Training, train: Callable[[Training], Path],
