@@ -31,7 +31,8 @@ from nat_kd.analysis.tokenizers import TOKENIZERS, get_tokenizer
 
 def add_tokenizer_flags(parser):
     group = parser.add_argument_group("tokenisation")
-    group.add_argument("--tok", choices=TOKENIZERS, default="13a",
+    # no default value, so that an input read without a tokeniser (-i) can tell a --tok given from none
+    group.add_argument("--tok", choices=TOKENIZERS,
                        help="sacrebleu's 13a (default), none (text already tokenised), spm (sentencepiece)")
     group.add_argument("--spm-model", help="sentencepiece .model file for --tok spm")
     group.add_argument("--lowercase", "-lc", action=argparse.BooleanOptionalAction, default=True,
@@ -81,6 +82,11 @@ def aligned_from_args(args, prefix: str = "", links: bool = True):
     options = aligner_options(args)
     src_file, tgt_file = getattr(args, f"{prefix}src"), getattr(args, f"{prefix}tgt")
     if not prefix and getattr(args, "input", None):
+        given = [flag for flag, value in (("--src", src_file), ("--tgt", tgt_file), ("--tok", args.tok),
+                                          ("--spm-model", args.spm_model)) if value]
+        if given:
+            raise SettingsError(f"-i {args.input} is already tokenised text (fast_align's 'src ||| tgt', read as "
+                                f"--tok none): drop {' and '.join(given)}, or pass --src and --tgt instead of -i")
         lines = ((" ".join(s), " ".join(t)) for s, t in iter_parallel_tokens(args.input))
         return align_line_pairs(lines, get_tokenizer("none", args.lowercase), options, args.aligner,
                                 (args.input, args.input), args.drop_empty, links)

@@ -38,6 +38,21 @@ def test_fast_align_input_format(tmp_path, capsys):
     assert capsys.readouterr().out == "0-0 1-1\n0-0\n"
 
 
+def test_fast_align_input_refuses_the_options_it_would_ignore(tmp_path, capsys):
+    """-i is read as tokenised text: a tokeniser, a sentencepiece model or text files given beside it would be
+    silently unused (the table computed with another tokenisation than the user asked for), so each is an error."""
+    pairs = tmp_path / "c.txt"
+    pairs.write_text("".join(f"{s.lower()} ||| {t.lower()}\n" for s, t in zip(EN, DE)))
+    assert main(["complexity", "-i", str(pairs)]) == 0
+    capsys.readouterr()
+    for extra, named in [(["--tok", "13a"], "--tok"), (["--tok", "spm", "--spm-model", "m.model"], "--tok and --spm-model"),
+                         (["--src", "train.en"], "--src")]:
+        assert main(["complexity", "-i", str(pairs), *extra]) == 2
+        assert capsys.readouterr().err == (
+            f"error: -i {pairs} is already tokenised text (fast_align's 'src ||| tgt', read as --tok none): drop "
+            f"{named}, or pass --src and --tgt instead of -i\n")
+
+
 def test_complexity_from_text_and_from_table(corpus, capsys):
     assert main(["align", "--src", str(corpus / "train.en"), "--tgt", str(corpus / "train.de.gz"), "-d", "-o", "-v",
                  "--alignments", str(corpus / "a"), "-p", str(corpus / "t")]) == 0

@@ -14,9 +14,10 @@ from nat_kd.errors import SettingsError
 TOKENIZERS = ("13a", "none", "spm")
 
 
-def get_tokenizer(name: str, lowercase: bool = False, spm_model: str | None = None) -> Tokenizer:
-    """Build a tokeniser by name: ``13a``, ``none`` (pre-tokenised text) or ``spm`` (needs ``spm_model``, which
-    the others would ignore: it is an error with them)."""
+def get_tokenizer(name: str | None, lowercase: bool = False, spm_model: str | None = None) -> Tokenizer:
+    """Build a tokeniser by name: ``13a`` (also for None: none asked for), ``none`` (pre-tokenised text) or
+    ``spm`` (needs ``spm_model``, which the others would ignore: it is an error with them)."""
+    name = name or "13a"
     if spm_model and name != "spm":
         raise SettingsError(f"--spm-model is read only by --tok spm, not --tok {name}: add --tok spm to tokenise "
                             "with the model, or drop --spm-model")
