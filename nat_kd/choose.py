@@ -22,15 +22,17 @@ from itertools import zip_longest
 from pathlib import Path
 
 from nat_kd import atomic
-from nat_kd.artifacts import DistilledSet, PreparedCorpus
+from nat_kd.artifacts import BinarizedData, DistilledSet, PreparedCorpus
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import iter_lines
 from nat_kd.errors import SettingsError
+from nat_kd.hashing import sha256_file
 from nat_kd.launch import ClusterConfig, add_launcher_arguments, read_cluster_file, sigterm_as_interrupt
 from nat_kd.markdown import cell, table
 
 # the full training a pilot stands for: the `students` and `capacity` profiles' student recipe
 FINAL_UPDATES = 2000
+VALID = "valid"  # the split every pilot is measured on, with the corpus's references
 MEASURES = [("complexity", "C(d) paper", ".3f"), ("complexity_token_weighted", "C(d) token-weighted", ".3f"),
             ("faithfulness_interpolated", "F(d) interp.", ".3f"), ("reordering", "FRS", ".3f"),
             ("length_ratio", "length ratio", ".3f"), ("bleu", "BLEU vs real", ".2f")]
@@ -116,6 +118,19 @@ def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
         if not mine.is_file() or mine.read_bytes() != real.read_bytes():
             raise SettingsError(f"{mine} is not {real}: the set is in another vocabulary (its teacher's); make it "
                                 f"in the student's with generate_distilled --student-data {corpus.root}")
+    # the pilot validates on the set's bin/ (fairseq-train reads one folder) and is scored against the corpus's
+    # raw references: the validation split of another preparation of the corpus would score it on other sentences
+    remake = (f"make the set from this corpus (generate_distilled --prepared {corpus.root}, or --student-data "
+              f"{corpus.root} with a published teacher)")
+    for real in [f for f in corpus.bin.split_files(src, tgt) if BinarizedData.split_of(f) == VALID]:
+        mine = candidate.bin.root / real.name
+        if not mine.is_file():
+            raise SettingsError(f"{mine}: no such file: the set's bin/ has no validation split (it was made from "
+                                f"text), and its pilot is measured on the corpus's; {remake}")
+        if sha256_file(mine) != sha256_file(real):
+            raise SettingsError(f"{mine} is not {real}: the set was made from another preparation of the corpus, "
+                                f"with another validation split, and its pilot would be scored on other sentences; "
+                                f"{remake}")
     return candidate
 
 
@@ -157,7 +172,7 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
     anneal = round(args.final_updates * 2 / 3) if STUDENT_FAMILIES[family].glancing else 0
     training = Training(updates=args.updates, max_tokens=args.max_tokens, lr=args.lr, warmup=args.warmup,
                         label_smoothing=args.label_smoothing, bleu_every=args.updates, glance_anneal_updates=anneal)
-    evaluation = {"beam": 1, "max_tokens": 8192, "max_len_a": 0.0, "max_len_b": 200, "splits": ["valid"]}
+    evaluation = {"beam": 1, "max_tokens": 8192, "max_len_a": 0.0, "max_len_b": 200, "splits": [VALID]}
     for name, data in [("real", None), *((name, f"set.{name}") for name in candidates)]:
         settings = dict(prepare="prepare", data=data, arch=args.arch, shape=None, training=asdict(training),
                         nat_family=family, evaluation=evaluation, tgt=tgt, seed=args.seed)

@@ -114,6 +114,9 @@ def test_choose_ranks_pilots_on_every_candidate_and_the_real_data_and_resumes(co
     ("vocabulary", "another vocabulary (its teacher's); make it in the student's with generate_distilled "
                    "--student-data"),
     ("meta", "no meta.json: not a finished"),
+    # made from another preparation of the corpus: the same training data, other validation sentences
+    ("valid split", "valid.en-de.de.bin is not"),
+    ("no valid split", "valid.en-de.de.bin: no such file: the set's bin/ has no validation split"),
 ])
 def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_path, capsys, breakage, message):
     bad = tmp_path / "bad"
@@ -130,6 +133,12 @@ def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_pa
             handle.write("\n")
     elif breakage == "missing":
         shutil.rmtree(bad)
+    elif breakage in ("valid split", "no valid split"):
+        for file in (bad / "bin").glob("valid.*"):
+            if breakage == "valid split":
+                shutil.copyfile(file.with_name(file.name.replace("valid.", "test.")), file)
+            else:
+                file.unlink()
     elif breakage == "vocabulary":
         with open(bad / "bin" / "dict.de.txt", "a", encoding="utf-8") as handle:
             handle.write("__de__ 1\n")
