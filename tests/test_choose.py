@@ -257,3 +257,27 @@ def test_choose_on_slurm_dry_run_gives_the_pilots_a_gpu_and_the_rest_none(corpus
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "gres = 'gpu:a100:1' would mix with the --gpus-per-node" in err and len(err.strip().splitlines()) == 1
+
+
+def test_choose_started_elsewhere_hands_fairseq_the_folders_given(corpus, candidates, tmp_path, monkeypatch, capsys):
+    """fairseq's jobs run in the checkout: relative --corpus and --candidates, given from another folder, must
+    still name the user's folders there (they named the checkout's, or none: the pilot failed)."""
+    import os
+
+    from nat_kd.study import fairseq_jobs
+
+    given = []
+
+    def train(bin_dir, save_dir, **_):
+        given.append(fairseq_jobs.ROOT / bin_dir)  # a relative folder is read from the checkout
+        raise RuntimeError("no training in this test")
+
+    monkeypatch.setattr(fairseq_jobs, "train", train)
+    monkeypatch.chdir(tmp_path)
+    relative = [os.path.relpath(path, tmp_path) for path in (corpus, candidates[0])]
+    assert main(["--corpus", relative[0], "--candidates", relative[1], "--arch", "kd_nat_tiny", "--updates", "3",
+                 "--out", "out", "--no-analysis"]) == 2
+    assert "no training in this test" in capsys.readouterr().err
+    assert given == [corpus / "bin"]  # the first pilot, on the real data (then choose stops)
+    set_record = json.loads((tmp_path / "out" / "steps" / "set.short.json").read_text())
+    assert set_record["result"]["dir"] == str(candidates[0])
