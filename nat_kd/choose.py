@@ -50,7 +50,8 @@ def parse_args(argv):
     p.add_argument("--updates", type=int, required=True,
                    help="each pilot's budget in updates; a larger one later continues the pilots where they "
                         "stopped, a smaller one trains them again")
-    p.add_argument("--out", required=True, help="the folder of the pilots and the ranking")
+    p.add_argument("--out", required=True,
+                   help="the folder of the pilots and the ranking: a new one, or an earlier run's to go on with it")
     p.add_argument("--final-updates", type=int, default=FINAL_UPDATES,
                    help=f"the full training the pilot stands for (default {FINAL_UPDATES}): glancing students "
                         "anneal over its first two thirds")
@@ -132,6 +133,37 @@ def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
                                 f"with another validation split, and its pilot would be scored on other sentences; "
                                 f"{remake}")
     return candidate
+
+
+# what choose writes in --out: the Runner's folders (each entry named after a step, with its suffix), the
+# launcher's, the analysis and the ranking
+STEP_FOLDERS = {"steps": ".json", "work": "", "logs": ".log", "jobs": ""}
+OUT_ENTRIES = {*STEP_FOLDERS, "analysis", "ranking.md", "ranking.json"}
+
+
+def is_choose_step(name: str) -> bool:
+    return name in ("prepare", "analysis") or name.startswith(("set.", "pilot."))
+
+
+def check_out(out: Path) -> None:
+    """Refuse an --out that holds what choose did not write (hidden files aside): a step's work folder begun
+    with other inputs is wiped and its record replaced, so in a study's folder, whose steps prepare and
+    analysis are choose's too, the study would lose its prepared corpus and every record after it."""
+    atomic.check_output_folder(out)
+    if not out.is_dir():
+        return
+    for entry in sorted(out.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        foreign = entry if entry.name not in OUT_ENTRIES else None
+        if entry.name in STEP_FOLDERS and entry.is_dir():
+            suffix = STEP_FOLDERS[entry.name]
+            foreign = next((e for e in sorted(entry.iterdir()) if not e.name.startswith(".")
+                            and not (e.name.endswith(suffix) and is_choose_step(e.name.removesuffix(suffix)))), None)
+        if foreign is not None:
+            raise SettingsError(f"--out {out} holds {foreign}, which choose does not write (a study's or a set's "
+                                "folder?); choose wipes what a step began with other inputs: give a new folder, or "
+                                "an earlier choose's --out to go on with it")
 
 
 def candidate_step(ctx, *, name: str, folder: str, tgt: str) -> dict:
@@ -250,6 +282,7 @@ def _choose(args) -> int:
                                 "rename one")
         candidates[name] = check_candidate(folder, corpus)
     out = Path(args.out).resolve()
+    check_out(out)
     steps = build_steps(args, corpus, candidates, family, out)
     cluster = read_cluster_file(args.cluster) if args.cluster else ClusterConfig()
     if args.launcher != "local" or args.dry_run:

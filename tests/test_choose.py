@@ -281,3 +281,25 @@ def test_choose_started_elsewhere_hands_fairseq_the_folders_given(corpus, candid
     assert given == [corpus / "bin"]  # the first pilot, on the real data (then choose stops)
     set_record = json.loads((tmp_path / "out" / "steps" / "set.short.json").read_text())
     assert set_record["result"]["dir"] == str(candidates[0])
+
+
+@pytest.mark.parametrize("other", ["study", "file"])
+def test_choose_refuses_an_out_folder_holding_what_it_did_not_write(corpus, candidates, tmp_path, capsys, other):
+    """A study's folder has steps prepare and analysis too: choose's would wipe its prepared corpus and replace
+    its records. A file as --out was a traceback."""
+    out = tmp_path / "out"
+    if other == "study":
+        for name, text in [("steps/prepare.json", '{"fingerprint": "the study\'s"}'), ("steps/student.nat.real.json", "{}"),
+                           ("work/prepare/data/manifest.json", "{}"), ("logs/prepare.log", "")]:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text(text)
+        message = f"--out {out} holds {out / 'steps' / 'student.nat.real.json'}, which choose does not write"
+    else:
+        out.write_text("notes\n")
+        message = f"{out} is a file, not a folder"
+    before = sorted((str(p), p.is_file() and p.read_text()) for p in [out, *out.rglob("*")])
+    code = main(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", "kd_nat_tiny",
+                 "--updates", "3", "--out", str(out), "--no-analysis"])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert sorted((str(p), p.is_file() and p.read_text()) for p in [out, *out.rglob("*")]) == before
