@@ -32,6 +32,7 @@ from nat_kd.markdown import cell, table
 
 # the full training a pilot stands for: the `students` and `capacity` profiles' student recipe
 FINAL_UPDATES = 2000
+REAL = "real"  # the ranking's name for the real data of --corpus
 VALID = "valid"  # the split every pilot is measured on, with the corpus's references
 MEASURES = [("complexity", "C(d) paper", ".3f"), ("complexity_token_weighted", "C(d) token-weighted", ".3f"),
             ("faithfulness_interpolated", "F(d) interp.", ".3f"), ("reordering", "FRS", ".3f"),
@@ -99,11 +100,25 @@ def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
     """A finished set that re-decodes the corpus's training sources, in the corpus's vocabulary."""
     candidate, (src, tgt) = DistilledSet(folder), corpus.language_pair()
     if not folder.is_dir():
+        if candidate.progress_dir.is_dir():  # the set's folder appears only once it is complete
+            raise SettingsError(f"--candidates {folder}: no such folder: its nat_kd.generate_distilled was "
+                                f"interrupted ({candidate.progress_dir} holds what it decoded); run its command "
+                                "again to finish it")
         raise SettingsError(f"--candidates {folder}: no such folder; give the --out folder of "
                             "nat_kd.generate_distilled or nat_kd.mix")
-    if candidate.meta() is None:
-        raise SettingsError(f"{folder}: no meta.json: not a finished nat_kd.generate_distilled or nat_kd.mix set "
-                            "(an interrupted one: run its command again to finish it)")
+    meta = candidate.meta()
+    if meta is None:
+        if PreparedCorpus(folder).manifest_file.is_file():
+            raise SettingsError(f"--candidates {folder} is a prepared corpus (nat_kd.prepare output), not a set: "
+                                f"the real data of --corpus is always ranked, as '{REAL}'; give distilled sets only")
+        sets = sorted(d.name for d in folder.iterdir() if DistilledSet(d).meta_file.is_file())
+        if sets:
+            raise SettingsError(f"--candidates {folder} holds the sets {', '.join(sets)} and is none itself: give "
+                                f"them one by one (--candidates {' '.join(str(folder / s) for s in sets)})")
+        raise SettingsError(f"{folder}: no meta.json: not a finished nat_kd.generate_distilled or nat_kd.mix set")
+    if meta.get("split", "train") != "train":
+        raise SettingsError(f"{folder}: a set of the {meta['split']} split ({candidate.meta_file}): a candidate "
+                            "re-decodes the corpus's training split (generate_distilled --split train)")
     theirs, ours = candidate.text("train", src), corpus.raw("train", src)
     for number, (a, b) in enumerate(zip_longest(iter_lines(theirs), iter_lines(ours)), 1):
         if a is None or b is None:
@@ -206,7 +221,7 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
     training = Training(updates=args.updates, max_tokens=args.max_tokens, lr=args.lr, warmup=args.warmup,
                         label_smoothing=args.label_smoothing, bleu_every=args.updates, glance_anneal_updates=anneal)
     evaluation = {"beam": 1, "max_tokens": 8192, "max_len_a": 0.0, "max_len_b": 200, "splits": [VALID]}
-    for name, data in [("real", None), *((name, f"set.{name}") for name in candidates)]:
+    for name, data in [(REAL, None), *((name, f"set.{name}") for name in candidates)]:
         settings = dict(prepare="prepare", data=data, arch=args.arch, shape=None, training=asdict(training),
                         nat_family=family, evaluation=evaluation, tgt=tgt, seed=args.seed)
         # the budget is both keys (one measurement, at the pilot's end): a longer --updates continues the pilots
@@ -223,7 +238,7 @@ def ranking(records: dict, candidates: list[str], family: str, updates: int) -> 
 
     analysis = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
     rows = []
-    for name in ["real", *candidates]:
+    for name in [REAL, *candidates]:
         curve = records[f"pilot.{name}"]["result"]["curve"]  # a continued pilot's holds its shorter budgets
         rows.append({"set": name, "valid_bleu": bleu_at(curve, updates),
                      **{key: analysis.get(name, {}).get(key) for key, _, _ in MEASURES}})
@@ -277,9 +292,11 @@ def _choose(args) -> int:
     candidates = {}
     for folder in map(Path, args.candidates):
         name = folder.resolve().name
-        if name in candidates or name == "real":
-            raise SettingsError(f"{folder}: a second candidate named '{name}'; the folder's name names the set: "
-                                "rename one")
+        if name in candidates and candidates[name].root.resolve() == folder.resolve():
+            raise SettingsError(f"--candidates {folder}: given twice; give each set once")
+        if name in candidates or name == REAL:
+            raise SettingsError(f"{folder}: a second candidate named '{name}'; the folder's name names the set "
+                                f"(and '{REAL}' the real data): rename one")
         candidates[name] = check_candidate(folder, corpus)
     out = Path(args.out).resolve()
     check_out(out)

@@ -117,6 +117,14 @@ def test_choose_ranks_pilots_on_every_candidate_and_the_real_data_and_resumes(co
     # made from another preparation of the corpus: the same training data, other validation sentences
     ("valid split", "valid.en-de.de.bin is not"),
     ("no valid split", "valid.en-de.de.bin: no such file: the set's bin/ has no validation split"),
+    # the mistakes of a user who gives the wrong folder
+    ("interrupted", "no such folder: its nat_kd.generate_distilled was interrupted (%(bad)s.partial holds"),
+    ("corpus", "--candidates %(corpus)s is a prepared corpus (nat_kd.prepare output), not a set: the real data of "
+               "--corpus is always ranked, as 'real'"),
+    ("parent", "--candidates %(bad)s holds the sets doubled, short and is none itself: give them one by one "
+               "(--candidates %(bad)s/doubled %(bad)s/short)"),
+    ("split", "a set of the valid split (%(bad)s/meta.json): a candidate re-decodes the corpus's training split"),
+    ("twice", "--candidates %(bad)s: given twice; give each set once"),
 ])
 def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_path, capsys, breakage, message):
     bad = tmp_path / "bad"
@@ -142,11 +150,28 @@ def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_pa
     elif breakage == "vocabulary":
         with open(bad / "bin" / "dict.de.txt", "a", encoding="utf-8") as handle:
             handle.write("__de__ 1\n")
+    elif breakage == "interrupted":  # generate_distilled's progress, beside the folder it has not made yet
+        shutil.rmtree(bad)
+        (tmp_path / "bad.partial").mkdir()
+    elif breakage == "corpus":
+        bad = corpus
+    elif breakage == "parent":  # the folder holding the sets
+        shutil.rmtree(bad)
+        for candidate in candidates:
+            shutil.copytree(candidate, bad / candidate.name)
+    elif breakage == "split":  # generate_distilled --split valid
+        for lang in ("en", "de"):
+            (bad / f"train.{lang}").rename(bad / f"valid.{lang}")
+        meta = json.loads((bad / "meta.json").read_text(encoding="utf-8"))
+        (bad / "meta.json").write_text(json.dumps(meta | {"split": "valid"}), encoding="utf-8")
+    elif breakage == "twice":  # the second time with a slash
+        bad = [bad, f"{bad}/"]
     else:
         (bad / "meta.json").unlink()
-    code = main(["--corpus", str(corpus), "--candidates", str(candidates[1]), str(bad), "--arch", "kd_glat_tiny",
-                 "--updates", "3", "--out", str(tmp_path / "out")])
+    code = main(["--corpus", str(corpus), "--candidates", str(candidates[1]), *map(str, bad if isinstance(bad, list)
+                 else [bad]), "--arch", "kd_glat_tiny", "--updates", "3", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
+    message %= {"bad": tmp_path / "bad", "corpus": corpus}
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
