@@ -15,6 +15,7 @@ OUT/ranking.json; step records, logs and checkpoints go to OUT/steps, OUT/logs, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -32,6 +33,9 @@ from nat_kd.markdown import cell, table
 
 # the full training a pilot stands for: the `students` and `capacity` profiles' student recipe
 FINAL_UPDATES = 2000
+# a set's name names its files in --out; the longest, steps/pilot.NAME.json's temporary name while it is written
+# (atomic.py: .pilot.NAME.json.RANDOM.tmp.json), adds 30 characters, and a file name holds 255 bytes
+MAX_NAME = 255 - 30
 REAL = "real"  # the ranking's name for the real data of --corpus
 VALID = "valid"  # the split every pilot is measured on, with the corpus's references
 MEASURES = [("complexity", "C(d) paper", ".3f"), ("complexity_token_weighted", "C(d) token-weighted", ".3f"),
@@ -294,6 +298,9 @@ def _choose(args) -> int:
         name = folder.resolve().name
         if name in candidates and candidates[name].root.resolve() == folder.resolve():
             raise SettingsError(f"--candidates {folder}: given twice; give each set once")
+        if len(os.fsencode(name)) > MAX_NAME:
+            raise SettingsError(f"--candidates {folder}: its name is {len(os.fsencode(name))} bytes long; it names "
+                                f"the set's files in --out, which allow it {MAX_NAME}: rename the folder")
         if name in candidates or name == REAL:
             raise SettingsError(f"{folder}: a second candidate named '{name}'; the folder's name names the set "
                                 f"(and '{REAL}' the real data): rename one")

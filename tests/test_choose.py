@@ -125,6 +125,8 @@ def test_choose_ranks_pilots_on_every_candidate_and_the_real_data_and_resumes(co
                "(--candidates %(bad)s/doubled %(bad)s/short)"),
     ("split", "a set of the valid split (%(bad)s/meta.json): a candidate re-decodes the corpus's training split"),
     ("twice", "--candidates %(bad)s: given twice; give each set once"),
+    # steps/pilot.NAME.json's temporary name while it is written would be 256 bytes: a traceback
+    ("long name", "its name is 226 bytes long; it names the set's files in --out, which allow it 225"),
 ])
 def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_path, capsys, breakage, message):
     bad = tmp_path / "bad"
@@ -164,6 +166,8 @@ def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_pa
             (bad / f"train.{lang}").rename(bad / f"valid.{lang}")
         meta = json.loads((bad / "meta.json").read_text(encoding="utf-8"))
         (bad / "meta.json").write_text(json.dumps(meta | {"split": "valid"}), encoding="utf-8")
+    elif breakage == "long name":
+        bad = bad.rename(tmp_path / ("b" * 226))
     elif breakage == "twice":  # the second time with a slash
         bad = [bad, f"{bad}/"]
     else:
