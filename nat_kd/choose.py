@@ -34,7 +34,7 @@ from nat_kd.markdown import cell, table
 # the full training a pilot stands for: the `students` and `capacity` profiles' student recipe
 FINAL_UPDATES = 2000
 # a set's name names its files in --out; the longest, steps/pilot.NAME.json's temporary name while it is written
-# (atomic.py: .pilot.NAME.json.RANDOM.tmp.json), adds 30 characters, and a file name holds 255 bytes
+# (atomic.py: .pilot.NAME.json.RANDOM.tmp.json), adds 30 bytes, and a file name holds 255
 MAX_NAME = 255 - 30
 REAL = "real"  # the ranking's name for the real data of --corpus
 VALID = "valid"  # the split every pilot is measured on, with the corpus's references
@@ -76,7 +76,10 @@ def parse_args(argv):
                  "submitit-local: the same jobs as processes on this machine",
         cluster="[launcher] (partition, account, ...) and [resources.KIND] tables (KIND: prepare, analysis, train)",
         dry_run="print every job that would be submitted; run nothing",
-        detach="on Ctrl-C or SIGTERM, leave the submitted jobs running; the same command later collects them")
+        detach="slurm: submit every step that is not done at once, each job waiting in the queue for its "
+               "dependencies' jobs, and exit; the same command without --detach then waits for what is left and "
+               "writes the ranking. submitit-local: on Ctrl-C or SIGTERM leave the jobs running (default: cancel "
+               "them)")
     add_verbose_argument(p)
     return p.parse_args(argv)
 

@@ -332,3 +332,15 @@ def test_choose_refuses_an_out_folder_holding_what_it_did_not_write(corpus, cand
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert sorted((str(p), p.is_file() and p.read_text()) for p in [out, *out.rglob("*")]) == before
+
+
+def test_choose_s_help_says_what_detach_does_on_slurm(capsys):
+    """On Slurm --detach submits the chained jobs and exits (it does not wait and leave them on Ctrl-C)."""
+    from nat_kd.choose import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("--detach slurm: submit every step that is not done at once, each job waiting in the queue for its "
+            "dependencies' jobs, and exit; the same command without --detach then waits for what is left and "
+            "writes the ranking.") in help_text
