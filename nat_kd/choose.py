@@ -255,9 +255,11 @@ def ranking(records: dict, candidates: list[str], family: str, updates: int) -> 
 
 
 def render(rank: dict, arch: str) -> str:
-    best = rank["rows"][0]["valid_bleu"]
-    body = [[i, r["set"], cell(r["valid_bleu"], ".2f"), "best" if i == 1 else f"{r['valid_bleu'] - best:+.2f}"]
-            + [cell(r[key], spec) for key, _, spec in MEASURES] for i, r in enumerate(rank["rows"], 1)]
+    scores = [r["valid_bleu"] for r in rank["rows"]]
+    # equal scores share a rank (1, 1, 3): their order, the real data first, then the sets as given, is no finding
+    body = [[1 + sum(s > r["valid_bleu"] for s in scores), r["set"], cell(r["valid_bleu"], ".2f"),
+             "best" if r["valid_bleu"] == scores[0] else f"{r['valid_bleu'] - scores[0]:+.2f}"]
+            + [cell(r[key], spec) for key, _, spec in MEASURES] for r in rank["rows"]]
     parts = [f"# Which training set for {arch}? Pilots of {rank['updates']:,} updates\n",
              table(["rank", "training set", "pilot valid BLEU", "gap"] + [label for _, label, _ in MEASURES], body),
              "Pilot valid BLEU: sacrebleu on the detokenized validation set after the pilot's last update. Data "

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from nat_kd.choose import main, student_family
+from nat_kd.choose import MEASURES, main, student_family
 from nat_kd.study import pilots
 
 TRAIN = 203  # tiny_en_de's training pairs
@@ -344,3 +344,21 @@ def test_choose_s_help_says_what_detach_does_on_slurm(capsys):
     assert ("--detach slurm: submit every step that is not done at once, each job waiting in the queue for its "
             "dependencies' jobs, and exit; the same command without --detach then waits for what is left and "
             "writes the ranking.") in help_text
+
+
+def test_pilots_with_equal_scores_share_their_rank():
+    """Pilots too short to tell the sets apart (all 0.00) are no ranking: the real data came first as rank 1."""
+    from nat_kd.choose import render
+
+    def ranked(*scores):
+        rank = {"family": "nat", "updates": 3, "agreement": [], "measured_updates": [],
+                "rows": [{"set": name, "valid_bleu": bleu, **{key: None for key, _, _ in MEASURES}}
+                         for name, bleu in scores]}
+        lines = render(rank, "kd_nat_tiny").splitlines()
+        return [line.split(" | ")[:4] for line in lines if line.startswith("| ") and not line.startswith("| rank")]
+
+    assert ranked(("real", 0.0), ("beam", 0.0), ("mix", 0.0)) == [
+        ["| 1", "real", "0.00", "best"], ["| 1", "beam", "0.00", "best"], ["| 1", "mix", "0.00", "best"]]
+    assert ranked(("beam", 5.0), ("real", 2.5), ("mix", 2.5), ("short", 1.0)) == [
+        ["| 1", "beam", "5.00", "best"], ["| 2", "real", "2.50", "-2.50"], ["| 2", "mix", "2.50", "-2.50"],
+        ["| 4", "short", "1.00", "-4.00"]]
