@@ -123,6 +123,10 @@ def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
             raise SettingsError(f"--candidates {folder} holds the sets {', '.join(sets)} and is none itself: give "
                                 f"them one by one (--candidates {' '.join(str(folder / s) for s in sets)})")
         raise SettingsError(f"{folder}: no meta.json: not a finished nat_kd.generate_distilled or nat_kd.mix set")
+    direction = meta.get("source_lang", src), meta.get("target_lang", tgt)
+    if direction != (src, tgt):
+        raise SettingsError(f"{folder}: a set of {'-'.join(direction)} ({candidate.meta_file}), the corpus is "
+                            f"{src}-{tgt}: a candidate re-decodes the corpus's sources into its targets")
     if meta.get("split", "train") != "train":
         raise SettingsError(f"{folder}: a set of the {meta['split']} split ({candidate.meta_file}): a candidate "
                             "re-decodes the corpus's training split (generate_distilled --split train)")

@@ -125,6 +125,7 @@ def test_choose_ranks_pilots_on_every_candidate_and_the_real_data_and_resumes(co
                "(--candidates %(bad)s/doubled %(bad)s/short)"),
     ("split", "a set of the valid split (%(bad)s/meta.json): a candidate re-decodes the corpus's training split"),
     ("twice", "--candidates %(bad)s: given twice; give each set once"),
+    ("direction", "a set of de-en (%(bad)s/meta.json), the corpus is en-de"),
     # steps/pilot.NAME.json's temporary name while it is written would be 256 bytes: a traceback
     ("long name", "its name is 226 bytes long; it names the set's files in --out, which allow it 225"),
 ])
@@ -168,6 +169,13 @@ def test_choose_refuses_a_candidate_it_cannot_compare(corpus, candidates, tmp_pa
         (bad / "meta.json").write_text(json.dumps(meta | {"split": "valid"}), encoding="utf-8")
     elif breakage == "long name":
         bad = bad.rename(tmp_path / ("b" * 226))
+    elif breakage == "direction":  # made from a de-en preparation of the same pairs: the same files, swapped
+        meta = json.loads((bad / "meta.json").read_text(encoding="utf-8"))
+        (bad / "meta.json").write_text(json.dumps(meta | {"source_lang": "de", "target_lang": "en"}), encoding="utf-8")
+        for lang in ("en", "de"):
+            (bad / f"train.{lang}").rename(bad / f"train.{lang}.old")
+        for theirs, ours in (("en", "de"), ("de", "en")):
+            (bad / f"train.{theirs}.old").rename(bad / f"train.{ours}")
     elif breakage == "twice":  # the second time with a slash
         bad = [bad, f"{bad}/"]
     else:
