@@ -103,6 +103,22 @@ def student_family(arch: str) -> str:
     raise SettingsError(f"--arch {arch}: no such architecture; give a kd_FAMILY_SIZE one, e.g. {', '.join(students)}")
 
 
+def valid_split(data: BinarizedData, src: str, tgt: str) -> list[Path]:
+    """The .bin/.idx files of the split every pilot is measured on."""
+    return [f for f in data.split_files(src, tgt) if BinarizedData.split_of(f) == VALID]
+
+
+def check_corpus(corpus: PreparedCorpus) -> None:
+    """A prepared corpus with the validation split the pilots are measured on."""
+    if corpus.manifest() is None:
+        raise SettingsError(f"--corpus {corpus.root}: no manifest.json; give a nat_kd.prepare output folder")
+    src, tgt = corpus.language_pair()
+    if not (valid_split(corpus.bin, src, tgt) and corpus.raw(VALID, tgt).is_file()):
+        raise SettingsError(f"--corpus {corpus.root} has no validation split ({corpus.raw(VALID, tgt)}, "
+                            f"{corpus.bin.prefix(VALID, src, tgt, tgt)}.bin): each pilot is measured on it; prepare "
+                            "the corpus with --validpref")
+
+
 def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
     """A finished set that re-decodes the corpus's training sources, in the corpus's vocabulary."""
     candidate, (src, tgt) = DistilledSet(folder), corpus.language_pair()
@@ -149,7 +165,7 @@ def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
     # raw references: the validation split of another preparation of the corpus would score it on other sentences
     remake = (f"make the set from this corpus (generate_distilled --prepared {corpus.root}, or --student-data "
               f"{corpus.root} with a published teacher)")
-    for real in [f for f in corpus.bin.split_files(src, tgt) if BinarizedData.split_of(f) == VALID]:
+    for real in valid_split(corpus.bin, src, tgt):
         mine = candidate.bin.root / real.name
         if not mine.is_file():
             raise SettingsError(f"{mine}: no such file: the set's bin/ has no validation split (it was made from "
@@ -300,8 +316,7 @@ def _choose(args) -> int:
                             "<= --final-updates")
     family = student_family(args.arch)
     corpus = PreparedCorpus(args.corpus)
-    if corpus.manifest() is None:
-        raise SettingsError(f"--corpus {args.corpus}: no manifest.json; give a nat_kd.prepare output folder")
+    check_corpus(corpus)
     candidates = {}
     for folder in map(Path, args.candidates):
         name = folder.resolve().name

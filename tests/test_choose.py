@@ -370,3 +370,17 @@ def test_pilots_with_equal_scores_share_their_rank():
     assert ranked(("beam", 5.0), ("real", 2.5), ("mix", 2.5), ("short", 1.0)) == [
         ["| 1", "beam", "5.00", "best"], ["| 2", "real", "2.50", "-2.50"], ["| 2", "mix", "2.50", "-2.50"],
         ["| 4", "short", "1.00", "-4.00"]]
+
+
+def test_choose_refuses_a_corpus_without_a_validation_split(corpus, candidates, tmp_path, capsys):
+    """Prepared without --validpref: the real data's pilot failed after the analysis and its training."""
+    shutil.copytree(corpus, tmp_path / "en-de")
+    for file in [tmp_path / "en-de" / "raw" / "valid.de", *(tmp_path / "en-de" / "bin").glob("valid.*")]:
+        file.unlink()
+    code = main(["--corpus", str(tmp_path / "en-de"), "--candidates", str(candidates[0]), "--arch", "kd_nat_tiny",
+                 "--updates", "3", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert (f"--corpus {tmp_path / 'en-de'} has no validation split ({tmp_path / 'en-de' / 'raw' / 'valid.de'}, "
+            f"{tmp_path / 'en-de' / 'bin' / 'valid.en-de.de'}.bin): each pilot is measured on it") in err
+    assert not (tmp_path / "out").exists()
