@@ -326,8 +326,9 @@ def test_choose_refuses_an_out_folder_holding_what_it_did_not_write(corpus, cand
     its records. A file as --out was a traceback."""
     out = tmp_path / "out"
     if other == "study":
-        for name, text in [("steps/prepare.json", '{"fingerprint": "the study\'s"}'), ("steps/student.nat.real.json", "{}"),
-                           ("work/prepare/data/manifest.json", "{}"), ("logs/prepare.log", "")]:
+        for name, text in [("steps/prepare.json", '{"fingerprint": "the study\'s"}'),
+                           ("steps/student.nat.real.json", "{}"), ("work/prepare/data/manifest.json", "{}"),
+                           ("logs/prepare.log", "")]:
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             (out / name).write_text(text)
         message = f"--out {out} holds {out / 'steps' / 'student.nat.real.json'}, which choose does not write"
