@@ -1,7 +1,10 @@
 """The study driver: config checks, the step runner's skip/redo/resume rules, results tables (the profiles end to
 end: test_study_profiles.py, test_study_decoding_profile.py)."""
 import json
+import os
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -897,3 +900,65 @@ def test_the_job_server_keeps_fairseqs_import_noise_off_the_terminal_and_its_inf
     assert "tensorboardX" not in proc.stdout + proc.stderr
     text = log.read_text()
     assert "INFO:fairseq_cli.train:done training" in text and "num_updates 2" in text
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the job's end with its server is Linux's prctl")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_job_ends_with_the_driver_that_started_it(sig, tiny_en_de, tmp_path):
+    """A driver stopped by a signal only it receives (a kill of its pid, -9 included) takes its running job
+    with it: left running, the job would train beside the rerun that resumes the same step."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import MICRO_MODEL, ROOT
+
+    log = tmp_path / "train.log"
+    args = [str(tiny_en_de / "bin"), "--user-dir", str(ROOT / "fairseq_plugins"), "--arch", "kd_transformer_tiny",
+            *MICRO_MODEL, "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1024", "--max-update", "1000000",
+            "--required-batch-size-multiple", "1", "--save-dir", str(tmp_path / "ckpt"), "--no-save",
+            "--disable-validation", "--log-format", "simple", "--log-interval", "1", "--no-progress-bar",
+            "--num-workers", "0"]  # as the study's jobs (train_args)
+    code = ("from pathlib import Path; from nat_kd.study import fairseq_jobs; "
+            f"fairseq_jobs.run_logged('fairseq_cli.train', {args!r}, Path({str(log)!r}), 1)")
+    driver = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    job = None
+    try:
+        deadline = time.time() + 120
+        while "num_updates=1," not in (log.read_text() if log.exists() else ""):  # the job is training
+            assert driver.poll() is None and time.time() < deadline, log.read_text() if log.exists() else ""
+            time.sleep(0.2)
+        (job,) = [child for server in _children(driver.pid) for child in _children(server)]
+        driver.send_signal(getattr(signal, sig))
+        driver.wait(timeout=30)
+        deadline = time.time() + 30
+        while _running(job):
+            assert time.time() < deadline, f"the job {job} trains on after its driver's {sig}"
+            time.sleep(0.2)
+    finally:
+        for pid in [driver.pid] + ([job] if job else []):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        driver.wait()

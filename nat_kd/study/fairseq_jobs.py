@@ -34,11 +34,30 @@ _forkserver = multiprocessing.get_context("forkserver")
 _forkserver.set_forkserver_preload(["nat_kd.study.job_server", "fairseq_plugins", __name__, *_MODULES])
 
 
-def _run_module(module: str, args: list[str], log: str, stdout: str | None, threads: int, done) -> None:
+def _end_with_the_driver(driver) -> None:
+    """In the forked child: end the job (SIGTERM) when ``driver``, a connection only the driver writes to and
+    never does, reaches its end: the driver ended, however it ended (a kill of its pid, -9 included). The job
+    server cannot tell: every job holds it open. A job outliving its driver would train beside the rerun that
+    resumes the same step, both writing its checkpoints."""
+    import signal
+    import threading
+
+    def watch():
+        try:
+            driver.recv()
+        except EOFError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="driver-watch", daemon=True).start()
+
+
+def _run_module(module: str, args: list[str], log: str, stdout: str | None, threads: int, done, driver) -> None:
     """In the forked child: ``python -m module args`` with its streams on the step's files; sends True on
-    ``done`` when the module ran to its end."""
+    ``done`` when the module ran to its end, and ends when ``driver`` does (``_end_with_the_driver``)."""
     import torch
 
+    _end_with_the_driver(driver)
     os.chdir(ROOT)
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     torch.set_num_threads(threads)
@@ -71,11 +90,14 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
     # The child says itself that it finished: under load, Python's forkserver can lose a child's exit status
     # and report 255 for a job that succeeded (python/cpython#140867), seen here with two jobs at once.
     receive, send = _forkserver.Pipe(duplex=False)
+    driver_read, driver_write = _forkserver.Pipe(duplex=False)  # written to by no one: open while we live
     job = _forkserver.Process(target=_run_module,
-                              args=(module, args, str(log), stdout and str(stdout), threads, send))
+                              args=(module, args, str(log), stdout and str(stdout), threads, send, driver_read))
     job.start()
     send.close()
+    driver_read.close()
     job.join()
+    driver_write.close()
     try:
         finished = receive.recv()
     except EOFError:  # the child ended without saying so
