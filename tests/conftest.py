@@ -32,3 +32,11 @@ def run_fairseq(tool: str, *args, cwd=ROOT) -> str:
 MICRO_MODEL = ("--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32",
                "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
                "--encoder-attention-heads", "2", "--decoder-attention-heads", "2")
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not ended, not a zombie), from /proc."""
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False

@@ -11,6 +11,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
+from conftest import process_running
 from nat_kd.launch import ClusterConfig, LauncherSettings, LaunchError, Resources, cluster_config, read_cluster_file
 from nat_kd.study.cluster import JobLauncher
 from nat_kd.study.steps import Runner, Step, StepError
@@ -135,13 +136,6 @@ def _driver_killed_while_its_job_runs(root, detach):
     return job_pid, log.read_text()
 
 
-def _alive(pid):
-    try:
-        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def _slow_plan(root):
     from functools import partial
 
@@ -153,7 +147,7 @@ def test_a_stopped_driver_cancels_its_jobs_and_a_rerun_does_the_step_again(tmp_p
     job_pid, output = _driver_killed_while_its_job_runs(root, detach=False)
     assert "cancelling submitit-local job" in output
     deadline = time.time() + 30
-    while _alive(job_pid):
+    while process_running(job_pid):
         assert time.time() < deadline, "the job was not cancelled"
         time.sleep(0.1)
     (root / "go").touch()
@@ -164,7 +158,7 @@ def test_a_stopped_driver_cancels_its_jobs_and_a_rerun_does_the_step_again(tmp_p
 def test_a_detached_job_runs_on_and_the_next_run_collects_it(tmp_path):
     root = tmp_path / "study"
     job_pid, output = _driver_killed_while_its_job_runs(root, detach=True)
-    assert "left running (--detach)" in output and _alive(job_pid)
+    assert "left running (--detach)" in output and process_running(job_pid)
     from nat_kd.study.cluster import job_notes
 
     assert job_notes(root, _slow_plan(root)) == {"slow": f"  (submitit-local job {job_pid} RUNNING)"}  # --list
@@ -173,7 +167,7 @@ def test_a_detached_job_runs_on_and_the_next_run_collects_it(tmp_path):
     with pytest.raises(StepError, match=f"step slow: submitit-local job {job_pid}, submitted by an earlier run "
                                         "with other settings, is still queued or running"):
         Runner(root, launcher=JobLauncher(root, "submitit-local", FAST)).run(changed)
-    assert _alive(job_pid) and (root / "starts.txt").read_text() == "slow\n"
+    assert process_running(job_pid) and (root / "starts.txt").read_text() == "slow\n"
     (root / "go").touch()  # the job finishes after its driver has gone
     runner = Runner(root, launcher=JobLauncher(root, "submitit-local", FAST))
     records = runner.run(_slow_plan(root))
@@ -223,7 +217,7 @@ def test_a_refused_submission_fails_its_step_while_the_running_jobs_finish_and_a
         time.sleep(0.1)
     time.sleep(1)  # the refusal has reached the runner: the job still runs
     slow_pid = int(json.loads((root / "jobs" / "slow" / "submitted.json").read_text())["job_id"])
-    assert _alive(slow_pid), "the running job was cancelled"
+    assert process_running(slow_pid), "the running job was cancelled"
     (root / "go").touch()
     driver.join(120)
     assert failure == ["step bad failed: the job could not be submitted: sbatch: error: Batch job submission failed: "

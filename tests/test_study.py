@@ -914,13 +914,6 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the job's end with its server is Linux's prctl")
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_a_job_ends_with_the_driver_that_started_it(sig, tiny_en_de, tmp_path):
@@ -930,7 +923,7 @@ def test_a_job_ends_with_the_driver_that_started_it(sig, tiny_en_de, tmp_path):
     import subprocess
     import time
 
-    from conftest import MICRO_MODEL, ROOT
+    from conftest import MICRO_MODEL, ROOT, process_running
 
     log = tmp_path / "train.log"
     args = [str(tiny_en_de / "bin"), "--user-dir", str(ROOT / "fairseq_plugins"), "--arch", "kd_transformer_tiny",
@@ -952,7 +945,7 @@ def test_a_job_ends_with_the_driver_that_started_it(sig, tiny_en_de, tmp_path):
         driver.send_signal(getattr(signal, sig))
         driver.wait(timeout=30)
         deadline = time.time() + 30
-        while _running(job):
+        while process_running(job):
             assert time.time() < deadline, f"the job {job} trains on after its driver's {sig}"
             time.sleep(0.2)
     finally:
