@@ -183,7 +183,7 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
         reference: str | None = None, spm_model: str | None = None, name: str | None = None) -> dict:
     """Build the mixed set; returns its meta.json."""
     from nat_kd.distill.output import write_output
-    from nat_kd.distill.pipeline import check_out_dir
+    from nat_kd.distill.pipeline import check_set_folder
     from nat_kd.distill.scores import scores as corpus_scores, statistics
     from nat_kd.distill.source import load_binarized
     from nat_kd.distill.student import StudentData
@@ -195,7 +195,7 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
         raise CorpusError(f"{source_set.root} has no meta.json: pass a set written by nat_kd.generate_distilled")
     if out.root.resolve() == source_set.root.resolve():
         raise SettingsError(f"--out {out.root} is the distilled set itself; choose another folder")
-    check_out_dir(out)
+    check_set_folder(out)
     if not source_set.scores_file.is_file():
         raise CorpusError(f"{source_set.scores_file} does not exist: write it with python -m nat_kd.analyze card "
                           f"{source_set.root} (or regenerate the set)")

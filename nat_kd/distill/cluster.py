@@ -116,7 +116,7 @@ class ShardLauncher:
         """What each shard would refuse at its start, refused here before anything is submitted: the settings,
         the teacher (loaded on this machine), the corpus (its data folder and split), the batch size and the
         output folder; True if that folder holds this very set already (a rerun of a finished command)."""
-        from .pipeline import already_done, check_out_dir, open_session
+        from .pipeline import already_done, check_set_folder, open_session
 
         # the backend's own check is about the decoding device (a GPU's compute types): here only for CPU shards
         session = open_session(self.cfg, "cpu", check_backend=not self.resources.gpus)
@@ -124,7 +124,7 @@ class ShardLauncher:
         out = DistilledSet(self.out)
         if already_done(out, session.fingerprint()) is not None:
             return True
-        check_out_dir(out)
+        check_set_folder(out)
         try:  # the shards' progress, the jobs' files and the set are all written beside --out
             self.out.parent.mkdir(parents=True, exist_ok=True)
             tempfile.TemporaryFile(dir=self.out.parent).close()

@@ -125,7 +125,7 @@ def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) ->
     return session
 
 
-def check_out_dir(out: DistilledSet) -> None:
+def check_set_folder(out: DistilledSet) -> None:
     """Refuse an output folder that holds something other than a distilled set: writing the set replaces it."""
     atomic.check_replaceable(out.root, out.meta_file.name, "a distilled set", "--out")
 
@@ -145,7 +145,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     if done is not None:
         logger.info("%s is already complete (same teacher, corpus and settings): nothing to do", out_dir)
         return DistillResult(out_dir, True, done)
-    check_out_dir(out)
+    check_set_folder(out)
     store = ChunkStore(out.progress_dir)
     chunks = store.open_plan(fingerprint, plan_chunks(session.batches(), cfg.chunk_sentences))
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
