@@ -15,6 +15,7 @@ OUT/ranking.json; step records, logs and checkpoints go to OUT/steps, OUT/logs, 
 from __future__ import annotations
 
 import argparse
+import filecmp
 import os
 import sys
 from contextlib import nullcontext
@@ -27,7 +28,6 @@ from nat_kd.artifacts import BinarizedData, DistilledSet, PreparedCorpus
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import iter_lines
 from nat_kd.errors import SettingsError
-from nat_kd.hashing import sha256_file
 from nat_kd.launch import ClusterConfig, add_launcher_arguments, read_cluster_file, sigterm_as_interrupt
 from nat_kd.markdown import cell, table
 
@@ -158,7 +158,7 @@ def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
                                 f"{corpus.root})")
     for lang in (src, tgt):
         mine, real = candidate.bin.dictionary(lang), corpus.bin.dictionary(lang)
-        if not mine.is_file() or mine.read_bytes() != real.read_bytes():
+        if not mine.is_file() or not filecmp.cmp(mine, real, shallow=False):
             raise SettingsError(f"{mine} is not {real}: the set is in another vocabulary (its teacher's); make it "
                                 f"in the student's with generate_distilled --student-data {corpus.root}")
     # the pilot validates on the set's bin/ (fairseq-train reads one folder) and is scored against the corpus's
@@ -170,7 +170,7 @@ def check_candidate(folder: Path, corpus: PreparedCorpus) -> DistilledSet:
         if not mine.is_file():
             raise SettingsError(f"{mine}: no such file: the set's bin/ has no validation split (it was made from "
                                 f"text), and its pilot is measured on the corpus's; {remake}")
-        if sha256_file(mine) != sha256_file(real):
+        if not filecmp.cmp(mine, real, shallow=False):
             raise SettingsError(f"{mine} is not {real}: the set was made from another preparation of the corpus, "
                                 f"with another validation split, and its pilot would be scored on other sentences; "
                                 f"{remake}")
