@@ -28,7 +28,8 @@ from nat_kd.artifacts import BinarizedData, DistilledSet, PreparedCorpus
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import iter_lines
 from nat_kd.errors import SettingsError
-from nat_kd.launch import ClusterConfig, add_launcher_arguments, read_cluster_file, sigterm_as_interrupt
+from nat_kd.launch import (ClusterConfig, add_launcher_arguments, check_launcher_arguments, read_cluster_file,
+                           sigterm_as_interrupt)
 from nat_kd.markdown import cell, table
 
 # the full training a pilot stands for: the `students` and `capacity` profiles' student recipe
@@ -311,6 +312,7 @@ def _choose(args) -> int:
     from nat_kd.study.cluster import JobLauncher, check_resources, dry_run, submit_detached
     from nat_kd.study.steps import Runner
 
+    check_launcher_arguments(args)
     if args.updates < 1 or args.final_updates < args.updates:
         raise SettingsError(f"--updates {args.updates} --final-updates {args.final_updates}: give 1 <= --updates "
                             "<= --final-updates")

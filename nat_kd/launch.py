@@ -151,6 +151,19 @@ def add_launcher_arguments(parser, docs: str, *, launcher: str, cluster: str, dr
     group.add_argument("--detach", action="store_true", help=detach)
 
 
+def check_launcher_arguments(args) -> None:
+    """--detach and --cluster are about jobs, which the local launcher has none of: refused rather than ignored
+    (--cluster goes with --dry-run, which prints the jobs whatever the launcher)."""
+    if args.launcher != "local":
+        return
+    given = [flag for flag, value in (("--detach", args.detach), ("--cluster", args.cluster and not args.dry_run))
+             if value]
+    if given:
+        raise LaunchError(f"{' and '.join(given)} without --launcher: the local launcher runs everything in this "
+                          f"command, with no jobs; give --launcher slurm (or submitit-local), or leave "
+                          f"{'them' if len(given) > 1 else 'it'} out")
+
+
 def cluster_config(tables: dict, where: str = "") -> ClusterConfig:
     """``[launcher]`` and ``[resources.*]`` read and checked (``where``: the file, for the messages)."""
     prefix = f"{where}: " if where else ""

@@ -288,7 +288,7 @@ def test_choose_on_slurm_dry_run_gives_the_pilots_a_gpu_and_the_rest_none(corpus
         gpu = "#SBATCH --gpus-per-node=a100:1" in lines
         assert gpu == name.startswith("pilot."), (name, lines)
     assert "#SBATCH --time=120" in jobs["pilot.short"]
-    assert not (tmp_path / "out" / "steps").is_dir() or not list((tmp_path / "out" / "steps").iterdir())
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing made
 
     cluster.write_text('[launcher]\nsbatch = {gres = "gpu:a100:1"}\n')
     assert main(argv) == 2

@@ -278,11 +278,31 @@ def test_paper_dry_run_prints_every_job_with_its_sbatch_options(tmp_path, capsys
                    "--cpus-per-task=8", "--job-name=nat_kd.teacher.big"]:
         assert f"#SBATCH {option}" in block, option
     assert "[prepare: 0 GPU, 4 CPU, 16 GB, 4 h]" in out and "#SBATCH --gpus-per-node" not in out.split("teacher.")[0]
-    assert not list((tmp_path / "paper" / "steps").glob("*.json"))  # nothing ran
+    assert not (tmp_path / "paper").exists()  # nothing ran, nothing made: a mistyped --out leaves no folder behind
     cluster.write_text('[resources."teacher.huge"]\ngpus = 4\n')
     assert main(["paper", "--launcher", "slurm", "--cluster", str(cluster), "--dry-run",
                  "--out", str(tmp_path / "paper")]) == 2
     assert "[resources.teacher.huge] is neither a step kind" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["study", "choose", "generate_distilled"])
+@pytest.mark.parametrize("flags, named", [(["--detach"], "--detach"), (["--cluster", "c.toml"], "--cluster"),
+                                          (["--detach", "--cluster", "c.toml"], "--detach and --cluster")])
+def test_job_flags_without_a_launcher_are_refused_not_ignored(command, flags, named, tmp_path, capsys):
+    """--detach and --cluster mean something only to jobs; with the local launcher they used to be ignored."""
+    from nat_kd.choose import main as choose
+    from nat_kd.distill.__main__ import main as generate
+    from nat_kd.study.__main__ import main as study
+
+    out = tmp_path / "out"
+    main, argv = {"study": (study, ["micro", "--out", str(out)]),
+                  "choose": (choose, ["--corpus", "c", "--candidates", "s", "--arch", "kd_nat_tiny", "--updates", "9",
+                             "--out", str(out)]),
+                  "generate_distilled": (generate, ["--teacher-path", "m.pt", "--prepared", "c", "--out", str(out)])}[command]
+    assert main(argv + flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {named} without --launcher") and "--launcher slurm" in err
+    assert len(err.splitlines()) == 1 and not out.exists()
 
 
 def test_a_profile_may_hold_the_launcher_tables(tmp_path):

@@ -127,9 +127,15 @@ def test_toml_syntax_error_names_the_line(tmp_path):
         study_config.load(path)
 
 
-def test_unknown_profile_lists_the_bundled_ones():
-    with pytest.raises(ConfigError, match="cpu, decoding, decoding-micro, kd-effect, kd-effect-micro, micro, paper, students"):
+def test_unknown_profile_and_help_list_the_bundled_ones(capsys):
+    from nat_kd.study.__main__ import main
+
+    names = "capacity, cpu, decoding, decoding-micro, kd-effect, kd-effect-micro, micro, paper, students"
+    with pytest.raises(ConfigError, match=names):
         study_config.load("nonesuch")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert f"a bundled profile ({names}) or a TOML file" in " ".join(capsys.readouterr().out.split()).replace("- ", "-")
 
 
 def test_a_corpus_file_runs_a_profile_on_your_own_corpus(tmp_path):

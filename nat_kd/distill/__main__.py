@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from nat_kd import cli, tokenization
 from nat_kd.artifacts import PreparedCorpus
+from nat_kd.launch import check_launcher_arguments
 
 if TYPE_CHECKING:
     from .config import DistillConfig
@@ -183,6 +184,7 @@ def main(argv=None) -> int:
     def body() -> int:
         from .pipeline import distill
 
+        check_launcher_arguments(args)
         if args.launcher != "local" or args.dry_run:
             from .cluster import launch
 

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from nat_kd.cli import add_verbose_argument, run, setup_logging
-from nat_kd.launch import add_launcher_arguments, read_cluster_file, sigterm_as_interrupt
+from nat_kd.launch import add_launcher_arguments, check_launcher_arguments, read_cluster_file, sigterm_as_interrupt
 
 from .cluster import JobLauncher, check_resources, dry_run, job_notes, submit_detached
-from .config import load
+from .config import load, profile_names
 from .curve import progress_note
 from .steps import Runner, needed
 
@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     setup_logging(argv, fmt="%(asctime)s | %(message)s")
     p = argparse.ArgumentParser(prog="python -m nat_kd.study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("config", help="bundled profile (micro, cpu, paper) or a TOML file")
+    p.add_argument("config", help=f"a bundled profile ({', '.join(profile_names())}) or a TOML file")
     p.add_argument("--out", help="study folder (default: runs/study/NAME)")
     p.add_argument("--jobs", type=int, help="steps run at once (default: the config's [study] jobs)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per step (default 1)")
@@ -62,6 +62,7 @@ def _study(args, argv) -> int:
     from .plan import build_plan  # imports fairseq
     from .results import write_results  # imports matplotlib
 
+    check_launcher_arguments(args)
     cfg = load(args.config, args.corpus)
     # absolute: the model jobs run in the checkout, wherever the study was started from
     out = Path(args.out or f"runs/study/{cfg.name}").resolve()

@@ -1,7 +1,7 @@
 """The study's configuration: a TOML file (see profiles/*.toml) read into dataclasses, checked up front.
 
 Every section has defaults, so a config names only what it changes; unknown keys are errors (a typo would
-otherwise silently run the default). ``profile_path`` resolves a bundled profile name (micro, cpu, paper).
+otherwise silently run the default). ``profile_path`` resolves a bundled profile's name (``profile_names``).
 """
 from __future__ import annotations
 
@@ -166,8 +166,13 @@ def profile_path(name_or_path: str) -> Path:
     bundled = PROFILES / f"{name_or_path}.toml"
     if bundled.is_file():
         return bundled
-    names = ", ".join(sorted(p.stem for p in PROFILES.glob("*.toml")))
-    raise ConfigError(f"{name_or_path}: no such config file or bundled profile (profiles: {names})")
+    raise ConfigError(f"{name_or_path}: no such config file or bundled profile (profiles: "
+                      f"{', '.join(profile_names())})")
+
+
+def profile_names() -> list[str]:
+    """The bundled profiles (nat_kd/study/profiles/NAME.toml), by name."""
+    return sorted(p.stem for p in PROFILES.glob("*.toml"))
 
 
 def _take(table: dict, key: str, default, where: str, kind=None):

@@ -175,6 +175,7 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
     if recipe is not None:
         atomic.write_json(work / RECIPE, recipe)
     log = root / "logs" / f"{step.name}.log"
+    log.parent.mkdir(exist_ok=True)
     context = StepContext(step, work, log, results, threads, job)
     try:
         with StepClock(work) as clock:
@@ -204,9 +205,8 @@ class Runner:
             if not (other / "steps").is_dir():
                 raise StepError(f"--reuse {other}: not a study folder (no steps/ in it); give the --out of an "
                                 "earlier study, e.g. runs/study/kd-effect")
-        self.records_dir, self.work_dir, self.log_dir = self.root / "steps", self.root / "work", self.root / "logs"
-        for folder in (self.records_dir, self.work_dir, self.log_dir):
-            folder.mkdir(parents=True, exist_ok=True)
+        # made by the first step that runs: --list and --dry-run leave a mistyped --out uncreated
+        self.records_dir, self.work_dir = self.root / "steps", self.root / "work"
         self.ran: list[str] = []  # steps run this time (the others were up to date)
         self.skipped: list[str] = []
 
