@@ -64,8 +64,9 @@ def parse_args(argv):
     p.add_argument("--max-tokens", type=int, default=4096, help="tokens a batch (default 4096)")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
     p.add_argument("--warmup", type=int, default=200, help="warm-up updates, inverse square root (default 200)")
-    p.add_argument("--label-smoothing", type=float, default=0.1,
-                   help="(default 0.1; 0 for the families whose loss has none: CTC, DA-Transformer)")
+    p.add_argument("--label-smoothing", type=float,
+                   help="(default 0.1; the families whose loss has none, CTC and DA-Transformer, take no other value "
+                        "than 0)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jobs", type=int, default=1, help="pilots trained at once (default 1)")
     p.add_argument("--threads", type=int, default=1, help="torch threads a pilot (default 1)")
@@ -83,6 +84,20 @@ def parse_args(argv):
                "them)")
     add_verbose_argument(p)
     return p.parse_args(argv)
+
+
+def pilot_label_smoothing(given: float | None, arch: str, family: str) -> float:
+    """--label-smoothing: 0.1 unless given, for the families whose loss takes it; the others' loss sums over
+    alignments and has none (fairseq_plugins.models.upsampling.refuse_label_smoothing), so they take 0 and
+    refuse any other value."""
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
+    if STUDENT_FAMILIES[family].label_smoothing:
+        return 0.1 if given is None else given
+    if given:
+        raise SettingsError(f"--label-smoothing {given:g}: {arch}'s loss has no label smoothing; leave the option "
+                            "out (or give 0)")
+    return 0.0
 
 
 def student_family(arch: str) -> str:
@@ -247,7 +262,8 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
     # keeps its pilots whatever --final-updates says
     anneal = round(args.final_updates * 2 / 3) if STUDENT_FAMILIES[family].glancing else 0
     training = Training(updates=args.updates, max_tokens=args.max_tokens, lr=args.lr, warmup=args.warmup,
-                        label_smoothing=args.label_smoothing, bleu_every=args.updates, glance_anneal_updates=anneal)
+                        label_smoothing=pilot_label_smoothing(args.label_smoothing, args.arch, family),
+                        bleu_every=args.updates, glance_anneal_updates=anneal)
     evaluation = {"beam": 1, "max_tokens": 8192, "max_len_a": 0.0, "max_len_b": 200, "splits": [VALID]}
     for name, data in [(REAL, None), *((name, f"set.{name}") for name in candidates)]:
         settings = dict(prepare="prepare", data=data, arch=args.arch, shape=None, training=asdict(training),

@@ -217,6 +217,30 @@ def test_only_a_glancing_student_s_pilots_depend_on_the_final_run_s_length(corpu
     assert [s["training"]["glance_anneal_updates"] for s in glat[0] + glat[1]] == [4, 4, 6000, 6000]
 
 
+def test_label_smoothing_reaches_the_pilots_settings_only_where_the_loss_takes_it(corpus, candidates, tmp_path,
+                                                                                     capsys):
+    """A CTC or DAG pilot trains with 0 whatever --label-smoothing's default says, so 0 is its setting (the
+    default used to sit in its fingerprint: changing it retrained pilots for nothing); another value is refused."""
+    from nat_kd.artifacts import DistilledSet, PreparedCorpus
+    from nat_kd.choose import build_steps, parse_args
+
+    def smoothing(arch, *extra):
+        args = parse_args(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", arch,
+                           "--updates", "3", "--out", str(tmp_path), *extra])
+        steps = build_steps(args, PreparedCorpus(corpus), {"short": DistilledSet(candidates[0])},
+                            student_family(arch), tmp_path)
+        return {s.settings["training"]["label_smoothing"] for s in steps if s.name.startswith("pilot.")}
+
+    assert smoothing("kd_nat_tiny") == {0.1} and smoothing("kd_glat_tiny", "--label-smoothing", "0.2") == {0.2}
+    assert smoothing("kd_dat_tiny") == smoothing("kd_glat_ctc_tiny", "--label-smoothing", "0") == {0.0}
+    code = main(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", "kd_dat_tiny", "--updates",
+                 "3", "--label-smoothing", "0.1", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == ("error: --label-smoothing 0.1: kd_dat_tiny's loss has no label smoothing; leave "
+                                 "the option out (or give 0)")
+    assert not (tmp_path / "out").exists()
+
+
 def _student(family, data, curve, test):
     return {"kind": "train", "settings": {"nat_family": family, "data": data, "prepare": "prepare"},
             "result": {"curve": [{"updates": u, "valid_bleu": v} for u, v in curve], "test_bleu": test,
