@@ -366,8 +366,6 @@ def _choose(args) -> int:
         with sigterm_as_interrupt() if launcher else nullcontext():
             records = runner.run(steps)
     except KeyboardInterrupt:
-        if launcher is None:
-            raise
         print("stopped; rerun the same command to go on", file=sys.stderr)
         return 130
     rank = ranking(records, list(candidates), family, args.updates)

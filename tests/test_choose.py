@@ -241,6 +241,18 @@ def test_label_smoothing_reaches_the_pilots_settings_only_where_the_loss_takes_i
     assert not (tmp_path / "out").exists()
 
 
+def test_ctrl_c_stops_choose_with_a_line_not_a_traceback(corpus, candidates, tmp_path, monkeypatch, capsys):
+    from nat_kd.study.steps import Runner
+
+    def interrupted(self, steps):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Runner, "run", interrupted)
+    assert main(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", "kd_nat_tiny", "--updates",
+                 "3", "--out", str(tmp_path / "out")]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "stopped; rerun the same command to go on"
+
+
 def _student(family, data, curve, test):
     return {"kind": "train", "settings": {"nat_family": family, "data": data, "prepare": "prepare"},
             "result": {"curve": [{"updates": u, "valid_bleu": v} for u, v in curve], "test_bleu": test,

@@ -497,6 +497,17 @@ def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
     assert train_with_curve(tmp_path, budget, train, valid)["curve"] == result["curve"] and calls == []
 
 
+def test_ctrl_c_stops_the_local_driver_with_a_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    from nat_kd.study.__main__ import main
+
+    def interrupted(self, steps):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Runner, "run", interrupted)
+    assert main(["micro", "--out", str(tmp_path / "micro")]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "stopped; rerun the same command to go on"
+
+
 def test_a_failing_job_raises_with_its_log_and_a_finished_one_writes_its_streams(tmp_path):
     """Jobs run in children of the preloaded job server: a module that fails is reported with its log's
     tail, and one that succeeds leaves its stdout in the named file and its stderr in the log."""

@@ -97,10 +97,8 @@ def _study(args, argv) -> int:
                 if args.only:  # the results show every step done, not only those run now
                     records = runner.records(steps)
     except KeyboardInterrupt:
-        if launcher is None:
-            raise
-        print(f"stopped; the running jobs were {'left running' if args.detach else 'cancelled'}: rerun the same "
-              "command to go on", file=sys.stderr)
+        jobs = f" the running jobs were {'left running' if args.detach else 'cancelled'}:" if launcher else ""
+        print(f"stopped;{jobs} rerun the same command to go on", file=sys.stderr)
         return 130
     # the command that runs the study, also when --results-only re-renders it: results.md describes the study
     command = "python -m nat_kd.study " + " ".join(
