@@ -497,6 +497,17 @@ def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
     assert train_with_curve(tmp_path, budget, train, valid)["curve"] == result["curve"] and calls == []
 
 
+def test_a_prepared_corpus_step_counts_its_training_pairs(tiny_en_de, tmp_path):
+    from types import SimpleNamespace
+
+    from nat_kd.study.plan import prepare_step
+
+    result = prepare_step(SimpleNamespace(work=tmp_path), src="en", tgt="de", vocab_size=0, train_limit=None,
+                          data_dir=None, corpus="x", own={"prepared": str(tiny_en_de)})
+    assert result["train_pairs"] == 203 and result["dir"] == str(tiny_en_de)
+    assert result["outputs"] == [str(tiny_en_de / "manifest.json")] and not list(tmp_path.iterdir())
+
+
 def test_ctrl_c_stops_the_local_driver_with_a_line_not_a_traceback(tmp_path, monkeypatch, capsys):
     from nat_kd.study.__main__ import main
 

@@ -10,7 +10,7 @@ from functools import partial
 from pathlib import Path
 
 from nat_kd.artifacts import DistilledSet, PreparedCorpus
-from nat_kd.corpus import read_lines
+from nat_kd.corpus import iter_lines, read_lines
 
 from . import fairseq_jobs as jobs
 from .config import ConfigError, ModelShape, StudyConfig, Training
@@ -51,7 +51,7 @@ def prepare_step(ctx: StepContext, *, src: str, tgt: str, vocab_size: int, train
                       raw_dir=data_dir, out_dir=ctx.work / "data")
     prepared = PreparedCorpus(out)
     return {"dir": str(out), "outputs": [str(prepared.manifest_file)],
-            "train_pairs": len(read_lines(prepared.raw("train", src)))}
+            "train_pairs": sum(1 for _ in iter_lines(prepared.raw("train", src)))}  # counted, not held
 
 
 def _evaluate(ctx: StepContext, prepared: PreparedCorpus, bin_dir: Path, checkpoint: Path, evaluation: dict,
