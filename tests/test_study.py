@@ -942,6 +942,43 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def test_a_curve_chunk_killed_after_an_epoch_s_end_trains_again_as_it_ran(tiny_en_de, tmp_path):
+    """A learning curve's chunk whose job dies midway (kill -9, here right after the end of epoch 2) resumes
+    to the very model of a chunk never killed. Had fairseq saved at the epoch's end, the rerun would resume
+    there and group the batches anew: another model (the `students` and `capacity` runs' DA-Transformer on
+    the real data differed by 0.48 test BLEU so)."""
+    import subprocess
+
+    import torch
+
+    from conftest import ROOT
+    from nat_kd.study import fairseq_jobs
+    from nat_kd.study.config import ModelShape, Training
+
+    chunk = dict(arch="kd_transformer_tiny", shape=ModelShape(32, 64, 1, 2), nat_family=None,
+                 training=Training(updates=14, max_tokens=2048, warmup=4, bleu_every=14))
+    args = [str(a) for a in fairseq_jobs.train_args(tiny_en_de / "bin", tmp_path / "killed", **chunk,
+                                                    epoch_saves=False, log_interval=1)]
+    killed = ("import os, sys; import fairseq_cli.train as t; save = t.validate_and_save\n"
+              "def dies_after_epoch_2(cfg, trainer, task, epoch_itr, subsets, end_of_epoch):\n"
+              "    out = save(cfg, trainer, task, epoch_itr, subsets, end_of_epoch)\n"
+              "    if end_of_epoch and epoch_itr.epoch == 2:\n"
+              "        print('killed at update', trainer.get_num_updates(), flush=True); os._exit(137)\n"
+              "    return out\n"
+              f"t.validate_and_save = dies_after_epoch_2; sys.argv = ['fairseq-train', *{args!r}]; t.cli_main()\n")
+    run = subprocess.run([sys.executable, "-c", killed], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 137, run.stdout[-2000:] + run.stderr[-2000:]
+    assert 0 < int(run.stdout.split("killed at update")[1].split()[0]) < 14  # midway through the chunk
+    for name in ("killed", "whole"):  # the rerun of the killed chunk; a chunk never killed
+        fairseq_jobs.train(tiny_en_de / "bin", tmp_path / name, **chunk, log=tmp_path / f"{name}.log", threads=1,
+                           epoch_saves=False)
+    killed, whole = (torch.load(tmp_path / name / "checkpoint_last.pt", weights_only=True)
+                     for name in ("killed", "whole"))
+    assert killed["optimizer_history"][-1]["num_updates"] == whole["optimizer_history"][-1]["num_updates"] == 14
+    assert killed["model"].keys() == whole["model"].keys()
+    assert all(torch.equal(killed["model"][k], whole["model"][k]) for k in whole["model"])
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the job's end with its server is Linux's prctl")
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_a_job_ends_with_the_driver_that_started_it(sig, tiny_en_de, tmp_path):

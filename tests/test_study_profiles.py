@@ -128,6 +128,12 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
     assert updates == list(range(1, len(updates) + 1)) and updates[-1] == teacher["updates_trained"] <= 2
     assert teacher["valid_bleu"] == max(p["valid_bleu"] for p in teacher["curve"])
     assert "curve" not in steps["teacher.weak"]["result"]  # the main job's teacher: fairseq's best checkpoint
+    # a curve's chunks save at their own end only (killed midway, a chunk reruns as it ran); a training chosen
+    # by fairseq's validation loss saves at every epoch's end, where it measures it
+    curve, weak = ([line for line in (out / "logs" / f"teacher.{name}.log").read_text().splitlines()
+                    if line.startswith("$ python -m fairseq_cli.train ")] for name in ("converged", "weak"))
+    assert curve and all("--save-interval 1000000000 " in command for command in curve)
+    assert weak and not any("--save-interval " in command for command in weak)
     # the detailed analysis: a filled row per set in each of its three tables
     rows = {r["name"]: r for r in steps["analysis"]["result"]["rows"]}
     assert set(rows) == set(sets)
