@@ -242,13 +242,16 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
 
     src, tgt = corpus.language_pair()
     manifest = corpus.manifest() or {}
-    # absolute: fairseq's jobs run in the checkout (fairseq_jobs.ROOT), wherever choose was started from
+    # absolute: fairseq's jobs run in the checkout (fairseq_jobs.ROOT), wherever choose was started from.
+    # The corpus and the sets are prepared already: their steps read their records, in the driver.
     steps = [Step("prepare", "prepare", {"corpus": manifest.get("fingerprint")},
                   partial(prepare_step, src=src, tgt=tgt, vocab_size=0, train_limit=None, data_dir=None,
-                          corpus=manifest.get("fingerprint"), own={"prepared": str(corpus.root.resolve())}))]
+                          corpus=manifest.get("fingerprint"), own={"prepared": str(corpus.root.resolve())}),
+                  in_driver=True)]
     for name, candidate in candidates.items():
         steps.append(Step(f"set.{name}", "prepare", {"name": name},
-                          partial(candidate_step, name=name, folder=str(candidate.root.resolve()), tgt=tgt)))
+                          partial(candidate_step, name=name, folder=str(candidate.root.resolve()), tgt=tgt),
+                          in_driver=True))
     sets = [f"set.{name}" for name in candidates]
     if args.analysis:
         from nat_kd.study.config import ANALYSIS_DEFAULTS

@@ -320,6 +320,8 @@ def test_choose_on_slurm_dry_run_gives_the_pilots_a_gpu_and_the_rest_none(corpus
             jobs[name].append(line.strip())
     assert set(jobs) == {"prepare", "set.short", "set.doubled", "analysis", "pilot.real", "pilot.short",
                          "pilot.doubled"}
+    for name in ("prepare", "set.short", "set.doubled"):  # reading folders' records: the driver does it, no job
+        assert jobs[name] == [f"{name}  [prepare: in the driver, no job]"]
     for name, lines in jobs.items():
         gpu = "#SBATCH --gpus-per-node=a100:1" in lines
         assert gpu == name.startswith("pilot."), (name, lines)

@@ -695,6 +695,43 @@ def test_detach_chains_the_plan_in_slurms_queue_and_list_reads_the_jobs_back(tmp
                                          "c": f"  (slurm job {jobs['c'][0]} PENDING)"}
 
 
+def _plan_read_in_the_driver():
+    """_plan with its first step bookkeeping that the driver runs itself (as choose's prepare and set steps)."""
+    a, b, c = _plan()
+    a.in_driver = True
+    return [a, b, c]
+
+
+def test_a_step_run_in_the_driver_is_never_a_job(tmp_path, monkeypatch):
+    """Driven, detached or dry: a step marked in_driver runs in the driver, and the jobs that need it wait for no job
+    of it."""
+    from nat_kd.study.cluster import dry_run
+
+    driven = tmp_path / "driven"
+    runner = Runner(driven, launcher=JobLauncher(driven, "submitit-local", FAST))
+    records = runner.run(_plan_read_in_the_driver())
+    assert "launcher" not in records["a"] and records["b"]["launcher"]["launcher"] == "submitit-local"
+    assert not (driven / "jobs" / "a").exists() and (driven / "jobs" / "b").is_dir()
+    Runner(tmp_path / "local").run(_plan())
+    assert _outputs(driven) == _outputs(tmp_path / "local")
+
+    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, 1000 + int(time.time()) % 100000 * 10 + 5)
+    root = tmp_path / "detached"
+    runner = Runner(root, launcher=JobLauncher(root, "slurm", FAST, detach=True))
+    lines = dry_run(_plan_read_in_the_driver(), runner, FAST, detach=True)
+    assert [line.split("  ")[0] for line in lines if not line.startswith(" ")] == ["a", "b", "c"]
+    assert lines[0] == "a  [test: in the driver, no job]" and lines[1].startswith("b  [test: ")
+    assert not any("--dependency" in line for line in lines) and not root.exists()  # a dry run runs nothing
+    lines, failures = runner.launcher.submit_plan(runner, _plan_read_in_the_driver())
+    jobs = {name: dependency for name, dependency in slurm.jobs().values()}
+    assert failures == [] and jobs == {"b": None, "c": None}  # a ran here, so b waits for no job
+    assert json.loads((root / "steps" / "a.json").read_text())["result"]["text"] == "1"
+    a, b, c = _plan_read_in_the_driver()
+    c.in_driver, c.deps = True, ["b"]
+    with pytest.raises(ValueError, match="step c runs in the driver but depends on a job's step"):
+        Runner(tmp_path / "wrong").run([a, b, c])
+
+
 def test_a_detached_job_reads_its_dependencies_records_when_it_starts(tmp_path, monkeypatch):
     """What a job submitted by --detach runs once Slurm starts it: the step on its dependencies' records."""
     from nat_kd.study.cluster import StepJob

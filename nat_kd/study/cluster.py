@@ -168,7 +168,9 @@ class JobLauncher:
         """--detach: every step that is not done as a job at once, each held in Slurm's queue until the jobs of
         its dependencies have succeeded (afterok; a job whose dependency failed is removed from the queue), so
         the cluster runs the plan without the driver. A step already in the queue keeps its job. Returns a line
-        a job and the failures (a refused submission, and the steps that would have waited on it)."""
+        a job and the failures (a refused submission, and the steps that would have waited on it). The steps
+        that run in the driver run first, here: the jobs wait for nothing but other jobs."""
+        runner.run([s for s in steps if s.in_driver])
         states = runner.states(steps)
         by_name, ids, lines, failures = {s.name: s for s in steps}, {}, [], []
         for step in steps:
@@ -252,13 +254,16 @@ def dry_run(steps: list[Step], runner, cluster: ClusterConfig, detach: bool = Fa
     """Every step that would be submitted (not done yet), with its resources, sbatch options and setup lines;
     with ``detach``, each job's dependency on the jobs of its dependencies (their step names in place of the
     job ids Slurm gives them)."""
-    lines = []
+    lines, by_name = [], {s.name: s for s in steps}
     pending = [step.name for step, status in zip(steps, runner.status(steps)) if not status.startswith("done")]
     for step in [s for s in steps if s.name in pending]:
-        resources = step_resources(cluster, step)
         after = f" after {', '.join(step.deps)}" if step.deps else ""
+        if step.in_driver:
+            lines.append(f"{step.name}  [{step.kind}: in the driver, no job]{after}")
+            continue
+        resources = step_resources(cluster, step)
         lines.append(f"{step.name}  [{step.kind}: {resources.describe()}]{after}")
-        waits = tuple(d for d in step.deps if d in pending) if detach else ()
+        waits = tuple(d for d in step.deps if d in pending and not by_name[d].in_driver) if detach else ()
         script = sbatch_script(resources, cluster.launcher, f"nat_kd.{step.name}", runner.root / "jobs" / step.name,
                                after=waits)
         lines += [f"    {line}" for line in sbatch_lines(script)]

@@ -274,10 +274,11 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
     steps: list[Step] = []
     evaluation = dict(cfg.evaluation)
 
-    def add(step_name, kind, fn, deps=(), where: dict | None = None, budget=(), **settings):
+    def add(step_name, kind, fn, deps=(), where: dict | None = None, budget=(), in_driver=False, **settings):
         """``settings`` make the step's fingerprint; ``where`` (folders) only tells it where to read or
-        write, so moving the corpus or the study folder redoes nothing; ``budget``: Step.budget."""
-        steps.append(Step(step_name, kind, settings, partial(fn, **settings, **(where or {})), list(deps), budget))
+        write, so moving the corpus or the study folder redoes nothing; ``budget``, ``in_driver``: Step's."""
+        steps.append(Step(step_name, kind, settings, partial(fn, **settings, **(where or {})), list(deps), budget,
+                          in_driver))
 
     def add_prepare(step_name, tgt, vocab_size, train_limit, own=None):
         from nat_kd.corpus import data_dir as raw_dir
@@ -293,8 +294,8 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
             if "fingerprint" not in corpus:
                 raise ConfigError(f"{own['prepared']}: no manifest.json; [corpus] prepared = DIR names a "
                                         "nat_kd.prepare output folder")
-            add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, src=cfg.src, tgt=tgt,
-                vocab_size=vocab_size, train_limit=train_limit, corpus=corpus["fingerprint"])
+            add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, in_driver=True,
+                src=cfg.src, tgt=tgt, vocab_size=vocab_size, train_limit=train_limit, corpus=corpus["fingerprint"])
         else:
             corpus = fingerprint(None, PrepareConfig(cfg.src, tgt, vocab_size, train_limit=train_limit, **own))[0]
             add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, src=cfg.src, tgt=tgt,

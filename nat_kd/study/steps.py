@@ -46,6 +46,9 @@ class Step:
     # a training's budget: the keys of settings["training"] that may change while its work folder is kept, as
     # long as "updates" does not shrink, so a longer budget continues from the last checkpoint
     budget: tuple[str, ...] = ()
+    # bookkeeping (reading a prepared folder's records: no model, no decoding): the driver runs it itself on
+    # any launcher, so no cluster job waits in the queue for seconds of work; it needs only steps like it
+    in_driver: bool = False
 
 
 def needed(steps: list[Step], names: list[str]) -> list[Step]:
@@ -249,10 +252,15 @@ class Runner:
             missing = [d for d in s.deps if d not in by_name]
             if missing:
                 raise ValueError(f"step {s.name} depends on unknown step(s) {missing}")
+            if s.in_driver and not all(by_name[d].in_driver for d in s.deps):
+                raise ValueError(f"step {s.name} runs in the driver but depends on a job's step")
         records: dict[str, dict] = {}
         pending, running, failure = dict(by_name), {}, None
         limit = self.launcher.max_jobs if self.launcher else self.jobs
-        start = self.launcher.start if self.launcher else self._execute
+
+        def start(step: Step, *args):
+            return (self._execute if step.in_driver or not self.launcher else self.launcher.start)(step, *args)
+
         with ThreadPoolExecutor(limit) as pool, self.launcher or nullcontext():
             while True:
                 skipped = True
