@@ -569,6 +569,9 @@ def test_a_study_reuses_the_finished_steps_of_another_with_the_same_fingerprint(
     assert (tmp_path / "second" / "steps" / "a.json").is_file() and "reused_from" not in records["b"]
     with pytest.raises(StepError, match="not a study folder"):
         Runner(tmp_path / "third", reuse=(tmp_path / "nowhere",))
+    begun = tmp_path / "begun"  # a study whose first step is still running: no record yet, nothing to reuse
+    (begun / "work" / "a").mkdir(parents=True)
+    assert Runner(tmp_path / "fourth", reuse=(begun,)).run(plan("fourth", 1))["a"].get("reused_from") is None
 
 
 @pytest.mark.parametrize("profile", ["decoding", "students"])
@@ -852,7 +855,6 @@ def test_spearman_over_eleven_sets_stays_bounded_and_draws_random_orders():
 def test_the_family_table_finds_each_family_s_best_set_and_tests_the_others_against_it(tmp_path):
     """Four families on four sets, by hand: each family's best set, the gaps and paired bootstrap p against
     it, the seed spread, the rank correlations (exact p of a perfect order of 4: 2/24) and the figure."""
-    from dataclasses import replace
 
     from nat_kd.study.family_table import family_section
 
@@ -943,10 +945,10 @@ def _children(pid: int) -> list[int]:
 
 
 def test_a_curve_chunk_killed_after_an_epoch_s_end_trains_again_as_it_ran(tiny_en_de, tmp_path):
-    """A learning curve's chunk whose job dies midway (kill -9, here right after the end of epoch 2) resumes
-    to the very model of a chunk never killed. Had fairseq saved at the epoch's end, the rerun would resume
-    there and group the batches anew: another model (the `students` and `capacity` runs' DA-Transformer on
-    the real data differed by 0.48 test BLEU so)."""
+    """A learning curve's second chunk whose job dies midway (kill -9, here right after the end of epoch 2)
+    resumes from the first chunk's end to the very model of a curve never killed. Had fairseq saved at the
+    epoch's end, the rerun would resume there and group the batches anew: another model (the `students` and
+    `capacity` runs' DA-Transformer on the real data differed by 0.48 test BLEU so)."""
     import subprocess
 
     import torch
@@ -955,10 +957,18 @@ def test_a_curve_chunk_killed_after_an_epoch_s_end_trains_again_as_it_ran(tiny_e
     from nat_kd.study import fairseq_jobs
     from nat_kd.study.config import ModelShape, Training
 
-    chunk = dict(arch="kd_transformer_tiny", shape=ModelShape(32, 64, 1, 2), nat_family=None,
-                 training=Training(updates=14, max_tokens=2048, warmup=4, bleu_every=14))
-    args = [str(a) for a in fairseq_jobs.train_args(tiny_en_de / "bin", tmp_path / "killed", **chunk,
-                                                    epoch_saves=False, log_interval=1)]
+    # about 5 updates an epoch: the first chunk ends in epoch 2, the second ends in epoch 3
+    model = dict(arch="kd_transformer_tiny", shape=ModelShape(32, 64, 1, 2), nat_family=None)
+    chunks = [Training(updates=updates, max_tokens=2048, warmup=4, bleu_every=6) for updates in (6, 14)]
+
+    def train(name, chunk):
+        fairseq_jobs.train(tiny_en_de / "bin", tmp_path / name, **model, training=chunk, log=tmp_path / f"{name}.log",
+                           threads=1, epoch_saves=False)
+
+    for name in ("killed", "whole"):
+        train(name, chunks[0])
+    args = [str(a) for a in fairseq_jobs.train_args(tiny_en_de / "bin", tmp_path / "killed", **model,
+                                                    training=chunks[1], epoch_saves=False, log_interval=1)]
     killed = ("import os, sys; import fairseq_cli.train as t; save = t.validate_and_save\n"
               "def dies_after_epoch_2(cfg, trainer, task, epoch_itr, subsets, end_of_epoch):\n"
               "    out = save(cfg, trainer, task, epoch_itr, subsets, end_of_epoch)\n"
@@ -968,10 +978,9 @@ def test_a_curve_chunk_killed_after_an_epoch_s_end_trains_again_as_it_ran(tiny_e
               f"t.validate_and_save = dies_after_epoch_2; sys.argv = ['fairseq-train', *{args!r}]; t.cli_main()\n")
     run = subprocess.run([sys.executable, "-c", killed], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 137, run.stdout[-2000:] + run.stderr[-2000:]
-    assert 0 < int(run.stdout.split("killed at update")[1].split()[0]) < 14  # midway through the chunk
+    assert 6 < int(run.stdout.split("killed at update")[1].split()[0]) < 14  # midway through the second chunk
     for name in ("killed", "whole"):  # the rerun of the killed chunk; a chunk never killed
-        fairseq_jobs.train(tiny_en_de / "bin", tmp_path / name, **chunk, log=tmp_path / f"{name}.log", threads=1,
-                           epoch_saves=False)
+        train(name, chunks[1])
     killed, whole = (torch.load(tmp_path / name / "checkpoint_last.pt", weights_only=True)
                      for name in ("killed", "whole"))
     assert killed["optimizer_history"][-1]["num_updates"] == whole["optimizer_history"][-1]["num_updates"] == 14

@@ -86,7 +86,8 @@ class StepContext:
 
     @property
     def save_updates(self) -> int:
-        """fairseq-train's --save-interval-updates (0: its checkpoint at each epoch's end only)."""
+        """fairseq-train's --save-interval-updates (0: none; a run then saves at its end, and at each epoch's end
+        unless it is a learning curve's chunk: fairseq_jobs.train's ``epoch_saves``)."""
         return self.job.save_updates if self.job else 0
 
 
@@ -204,10 +205,10 @@ class Runner:
         same settings on the same inputs): the record is copied, the outputs stay there."""
         self.root, self.jobs, self.threads, self.launcher = Path(root), max(1, jobs), threads, launcher
         self.reuse = [Path(r) for r in reuse]
-        for other in self.reuse:
-            if not (other / "steps").is_dir():
-                raise StepError(f"--reuse {other}: not a study folder (no steps/ in it); give the --out of an "
-                                "earlier study, e.g. runs/study/kd-effect")
+        for other in self.reuse:  # a study whose first step is still running has no steps/ yet
+            if not any((other / folder).is_dir() for folder in ("steps", "work", "logs")):
+                raise StepError(f"--reuse {other}: not a study folder (no steps/, work/ or logs/ in it); give the "
+                                "--out of an earlier study, e.g. runs/study/kd-effect")
         # made by the first step that runs: --list and --dry-run leave a mistyped --out uncreated
         self.records_dir, self.work_dir = self.root / "steps", self.root / "work"
         self.ran: list[str] = []  # steps run this time (the others were up to date)
