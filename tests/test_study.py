@@ -855,6 +855,7 @@ def test_spearman_over_eleven_sets_stays_bounded_and_draws_random_orders():
 def test_the_family_table_finds_each_family_s_best_set_and_tests_the_others_against_it(tmp_path):
     """Four families on four sets, by hand: each family's best set, the gaps and paired bootstrap p against
     it, the seed spread, the rank correlations (exact p of a perfect order of 4: 2/24) and the figure."""
+    from dataclasses import replace
 
     from nat_kd.study.family_table import family_section
 
