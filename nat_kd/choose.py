@@ -91,9 +91,10 @@ def pilot_label_smoothing(given: float | None, arch: str, family: str) -> float:
     alignments and has none (fairseq_plugins.models.upsampling.refuse_label_smoothing), so they take 0 and
     refuse any other value."""
     from fairseq_plugins.models.nat import STUDENT_FAMILIES
+    from nat_kd.study.config import Training
 
     if STUDENT_FAMILIES[family].label_smoothing:
-        return 0.1 if given is None else given
+        return Training.label_smoothing if given is None else given
     if given:
         raise SettingsError(f"--label-smoothing {given:g}: {arch}'s loss has no label smoothing; leave the option "
                             "out (or give 0)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 from nat_kd import cli
@@ -35,8 +36,10 @@ def student_command(bin_dir: BinarizedData, save_dir: Path) -> str:
         raise SettingsError(f"{bin_dir.root}: no such folder; is its parent nat_kd.prepare or "
                             "nat_kd.generate_distilled output?")
     cfg = config.load(PROFILE)
+    # one plain run, no learning curve: fairseq saves at every epoch's end and keeps the best validation loss
+    training = replace(cfg.student_training, bleu_every=0)
     args = train_args(bin_dir.root.resolve(), save_dir.resolve(), arch=student_arch(FAMILY), shape=cfg.student_shape,
-                      training=cfg.student_training, nat_family=FAMILY)
+                      training=training, nat_family=FAMILY)
     return shlex.join(["fairseq-train", *map(str, args)])
 
 

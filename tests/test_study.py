@@ -964,12 +964,12 @@ def test_a_curve_chunk_killed_after_an_epoch_s_end_trains_again_as_it_ran(tiny_e
 
     def train(name, chunk):
         fairseq_jobs.train(tiny_en_de / "bin", tmp_path / name, **model, training=chunk, log=tmp_path / f"{name}.log",
-                           threads=1, epoch_saves=False)
+                           threads=1)
 
     for name in ("killed", "whole"):
         train(name, chunks[0])
     args = [str(a) for a in fairseq_jobs.train_args(tiny_en_de / "bin", tmp_path / "killed", **model,
-                                                    training=chunks[1], epoch_saves=False, log_interval=1)]
+                                                    training=chunks[1], log_interval=1)]
     killed = ("import os, sys; import fairseq_cli.train as t; save = t.validate_and_save\n"
               "def dies_after_epoch_2(cfg, trainer, task, epoch_itr, subsets, end_of_epoch):\n"
               "    out = save(cfg, trainer, task, epoch_itr, subsets, end_of_epoch)\n"

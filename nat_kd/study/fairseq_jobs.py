@@ -112,14 +112,14 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
 
 def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | None, training: Training,
                nat_family: str | None, seed: int = 1, gpus: int = 0, fp16: bool = False, save_updates: int = 0,
-               epoch_saves: bool = True, log_interval: int = 50) -> list:
+               log_interval: int = 50) -> list:
     """fairseq-train's arguments for an AT teacher (``nat_family`` None) or a NAT student of the study;
     ``shape`` None keeps the architecture's own sizes."""
     # save_updates: a checkpoint_last.pt every N updates too (a requeued cluster job resumes from it); of the
     # checkpoints fairseq then also names by their update, only the latest is kept
     saves = ["--save-interval-updates", save_updates, "--keep-interval-updates", 1] if save_updates else []
-    if not epoch_saves:  # fairseq's --save-interval counts epochs: a run that never reaches this many never
-        saves += ["--save-interval", NO_EPOCH_SAVES]  # saves at an epoch's end, only at its own end
+    if training.bleu_every:  # a learning curve's chunk (curve.py): fairseq's --save-interval counts epochs, and
+        saves += ["--save-interval", NO_EPOCH_SAVES]  # a run that never reaches it saves at its own end only
     label_smoothing = training.label_smoothing
     if nat_family:
         family = STUDENT_FAMILIES[nat_family]
@@ -174,20 +174,20 @@ def count_repeated_updates(save_dir: Path, log: Path) -> int:
 
 def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | None, training: Training, log: Path,
           threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0, fp16: bool = False,
-          save_updates: int = 0, epoch_saves: bool = True) -> Path:
+          save_updates: int = 0) -> Path:
     """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
     validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
     node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself. A run
     that resumes one killed or requeued counts the updates it trains again (``count_repeated_updates``).
 
-    ``epoch_saves`` False (a learning curve's chunk): checkpoint_last.pt is written at the run's end only (and
+    A learning curve's chunk (``training.bleu_every``) writes checkpoint_last.pt at the run's end only (and
     every ``save_updates``), so a run killed midway starts again from where it started and trains the same
     updates on the same batches. Resumed from an epoch's end instead, fairseq would group the sentences into
     batches anew with that epoch's seed (docs/study.md, "Learning curves"): another training."""
     count_repeated_updates(save_dir, log)
     run_logged("fairseq_cli.train", train_args(bin_dir, save_dir, arch=arch, shape=shape, training=training,
                                                nat_family=nat_family, seed=seed, gpus=gpus, fp16=fp16,
-                                               save_updates=save_updates, epoch_saves=epoch_saves), log, threads)
+                                               save_updates=save_updates), log, threads)
     best = save_dir / "checkpoint_best.pt"
     if not best.is_file():
         raise RuntimeError(f"fairseq-train wrote no {best}")
@@ -203,8 +203,9 @@ def training_speed(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShap
     of the updates/s it reports every ``interval`` updates, its first report (start-up) left out."""
     start = log.stat().st_size if log.is_file() else 0
     run_logged("fairseq_cli.train",
-               [*train_args(bin_dir, save_dir, arch=arch, shape=shape, training=replace(training, updates=updates),
-                            nat_family=nat_family, log_interval=interval), "--no-save", "--disable-validation"],
+               [*train_args(bin_dir, save_dir, arch=arch, shape=shape,
+                            training=replace(training, updates=updates, bleu_every=0), nat_family=nat_family,
+                            log_interval=interval), "--no-save", "--disable-validation"],
                log, threads=1)
     with open(log, encoding="utf-8", errors="replace") as handle:
         handle.seek(start)

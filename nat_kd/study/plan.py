@@ -80,10 +80,9 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
     save_dir = ctx.work / "checkpoints"
 
     def train(budget: Training) -> Path:
-        # a learning curve's chunk saves at its end only: killed midway, it runs again as it ran
         return jobs.train(bin_dir, save_dir, arch=arch, shape=shape_, training=budget, log=ctx.log,
                           threads=ctx.threads, nat_family=nat_family, seed=seed, gpus=ctx.gpus, fp16=ctx.fp16,
-                          save_updates=ctx.save_updates, epoch_saves=not training_.bleu_every)
+                          save_updates=ctx.save_updates)
 
     result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)),
               "shape": shape_.label if shape_ else arch, "seed": seed}

@@ -87,7 +87,7 @@ class StepContext:
     @property
     def save_updates(self) -> int:
         """fairseq-train's --save-interval-updates (0: none; a run then saves at its end, and at each epoch's end
-        unless it is a learning curve's chunk: fairseq_jobs.train's ``epoch_saves``)."""
+        unless it is a learning curve's chunk: fairseq_jobs.train)."""
         return self.job.save_updates if self.job else 0
 
 
