@@ -86,19 +86,14 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def pilot_label_smoothing(given: float | None, arch: str, family: str) -> float:
-    """--label-smoothing: 0.1 unless given, for the families whose loss takes it; the others' loss sums over
-    alignments and has none (fairseq_plugins.models.upsampling.refuse_label_smoothing), so they take 0 and
-    refuse any other value."""
+def check_label_smoothing(given: float | None, arch: str, family: str) -> None:
+    """--label-smoothing on a family whose loss sums over alignments and has none
+    (fairseq_plugins.models.upsampling.refuse_label_smoothing): only 0, or the option left out."""
     from fairseq_plugins.models.nat import STUDENT_FAMILIES
-    from nat_kd.study.config import Training
 
-    if STUDENT_FAMILIES[family].label_smoothing:
-        return Training.label_smoothing if given is None else given
-    if given:
+    if given and not STUDENT_FAMILIES[family].label_smoothing:
         raise SettingsError(f"--label-smoothing {given:g}: {arch}'s loss has no label smoothing; leave the option "
                             "out (or give 0)")
-    return 0.0
 
 
 def student_family(arch: str) -> str:
@@ -260,14 +255,12 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
         steps.append(Step("analysis", "analysis", {"sets": sets, "details": ANALYSIS_DEFAULTS},
                           partial(analysis_step, prepare="prepare", sets=sets, src=src, tgt=tgt,
                                   out=str(out / "analysis"), details=ANALYSIS_DEFAULTS), ["prepare", *sets]))
-    from fairseq_plugins.models.nat import STUDENT_FAMILIES
-
-    # the final run's length reaches a pilot only through its glancing schedule: a family without glancing
-    # keeps its pilots whatever --final-updates says
-    anneal = round(args.final_updates * 2 / 3) if STUDENT_FAMILIES[family].glancing else 0
+    # the final run's length reaches a pilot only through its glancing schedule, and a family without glancing
+    # has none (Training.used_by): its pilots stay done whatever --final-updates says
+    smoothing = {} if args.label_smoothing is None else {"label_smoothing": args.label_smoothing}
     training = Training(updates=args.updates, max_tokens=args.max_tokens, lr=args.lr, warmup=args.warmup,
-                        label_smoothing=pilot_label_smoothing(args.label_smoothing, args.arch, family),
-                        bleu_every=args.updates, glance_anneal_updates=anneal)
+                        bleu_every=args.updates, glance_anneal_updates=round(args.final_updates * 2 / 3),
+                        **smoothing).used_by(family)
     evaluation = {"beam": 1, "max_tokens": 8192, "max_len_a": 0.0, "max_len_b": 200, "splits": [VALID]}
     for name, data in [(REAL, None), *((name, f"set.{name}") for name in candidates)]:
         settings = dict(prepare="prepare", data=data, arch=args.arch, shape=None, training=asdict(training),
@@ -337,6 +330,7 @@ def _choose(args) -> int:
         raise SettingsError(f"--updates {args.updates} --final-updates {args.final_updates}: give 1 <= --updates "
                             "<= --final-updates")
     family = student_family(args.arch)
+    check_label_smoothing(args.label_smoothing, args.arch, family)
     corpus = PreparedCorpus(args.corpus)
     check_corpus(corpus)
     candidates = {}

@@ -574,6 +574,27 @@ def test_a_study_reuses_the_finished_steps_of_another_with_the_same_fingerprint(
     assert Runner(tmp_path / "fourth", reuse=(begun,)).run(plan("fourth", 1))["a"].get("reused_from") is None
 
 
+def test_a_student_s_settings_hold_only_what_its_training_reads(tmp_path):
+    """Vanilla NAT has no glancing schedule and the CTC and DAG losses no label smoothing: changing the profile's
+    value for either leaves those students' settings, and so their fingerprints and checkpoints, as they were."""
+    from dataclasses import replace
+
+    cfg = study_config.load("capacity")
+
+    def trainings(**changed):
+        changed_cfg = replace(cfg, student_training=replace(cfg.student_training, **changed))
+        return {family: s.settings["training"] for s in build_plan(changed_cfg, tmp_path)
+                for family in ("nat", "glat", "glat_ctc", "dat") if s.name == f"student.{family}.real"}
+
+    base = trainings()
+    assert "glance_anneal_updates" not in base["nat"]
+    assert [base[f]["glance_anneal_updates"] for f in ("glat", "glat_ctc", "dat")] == [1333, 1333, 1333]
+    assert [base[f]["label_smoothing"] for f in ("nat", "glat", "glat_ctc", "dat")] == [0.1, 0.1, 0.0, 0.0]
+    smoothed, annealed = trainings(label_smoothing=0.2), trainings(glance_anneal_updates=999)
+    assert [smoothed[f] == base[f] for f in ("nat", "glat", "glat_ctc", "dat")] == [False, False, True, True]
+    assert [annealed[f] == base[f] for f in ("nat", "glat", "glat_ctc", "dat")] == [True, False, False, False]
+
+
 @pytest.mark.parametrize("profile", ["decoding", "students"])
 def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
     """Same settings and dependencies, so the same fingerprints: --reuse runs/study/kd-effect skips them."""
@@ -587,11 +608,13 @@ def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
     else:  # kd-effect's student settings, so the gains compare with its NAT's and CMLM's
         kd_student = plans["kd-effect"]["student.nat.real"].settings
         assert "glance_anneal_updates" not in kd_student["training"]  # a default left out: the same fingerprint
-        for family in ("glat", "glat_ctc", "dat"):
+        for family, smoothing in [("glat", 0.1), ("glat_ctc", 0.0), ("dat", 0.0)]:
             mine = dict(plans[profile][f"student.{family}.real"].settings)
-            # and the glancing schedule of the 2,000 updates
+            # and the glancing schedule of the 2,000 updates, and no label smoothing where the loss has none
             mine["training"] = dict(mine["training"])
             assert mine["training"].pop("glance_anneal_updates") == 1333
+            assert mine["training"].pop("label_smoothing") == smoothing
+            mine["training"]["label_smoothing"] = kd_student["training"]["label_smoothing"]
             assert {k: v for k, v in mine.items() if k != "arch" and k != "nat_family"} == \
                 {k: v for k, v in kd_student.items() if k != "arch" and k != "nat_family"}
         assert set(plans[profile]["speed"].settings["systems"]) == {

@@ -58,7 +58,7 @@ class Training:
     max_tokens: int = 4096
     lr: float = 1e-3
     warmup: int = 100
-    label_smoothing: float = 0.1  # students whose loss has none (StudentFamily.label_smoothing) get 0
+    label_smoothing: float = 0.1  # students whose loss has none get 0 (used_by)
     validate_every: int = 0  # updates between validations (0: every epoch)
     weight_decay: float = 0.0
     # Validation BLEU every N updates (0: never): the learning curve, and the checkpoint kept is the one with
@@ -68,6 +68,18 @@ class Training:
     # glancing students (GLAT, CTC with glancing, DA-Transformer): the updates over which the glancing ratio
     # anneals from its start to its end (0: the plugin's default, fairseq recipes' 200k updates)
     glance_anneal_updates: int = 0
+
+    def used_by(self, nat_family: str | None) -> Training:
+        """These settings as a model of ``nat_family`` (None: an AT teacher) trains with them: label smoothing 0
+        for a student whose loss has none, no glancing schedule for one that does not glance. A step's fingerprint
+        is made of these, so a setting the model never reads retrains nothing when it changes."""
+        if nat_family is None:
+            return self
+        from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
+        family = STUDENT_FAMILIES[nat_family]
+        return replace(self, label_smoothing=self.label_smoothing if family.label_smoothing else 0.0,
+                       glance_anneal_updates=self.glance_anneal_updates if family.glancing else 0)
 
 
 @dataclass(frozen=True)

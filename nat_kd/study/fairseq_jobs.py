@@ -120,20 +120,18 @@ def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | 
     saves = ["--save-interval-updates", save_updates, "--keep-interval-updates", 1] if save_updates else []
     if training.bleu_every:  # a learning curve's chunk (curve.py): fairseq's --save-interval counts epochs, and
         saves += ["--save-interval", NO_EPOCH_SAVES]  # a run that never reaches it saves at its own end only
-    label_smoothing = training.label_smoothing
+    training = training.used_by(nat_family)
     if nat_family:
         family = STUDENT_FAMILIES[nat_family]
         task = ["--task", family.task, "--criterion", "nat_loss", *family.train_flags]
-        if family.glancing and training.glance_anneal_updates:
+        if training.glance_anneal_updates:
             task += ["--glance-anneal-updates", training.glance_anneal_updates]
-        if not family.label_smoothing:
-            label_smoothing = 0  # the profile's one value serves every family; these refuse it
     else:
         task = ["--task", "translation", "--criterion", "label_smoothed_cross_entropy"]
     validate = ["--validate-interval-updates", training.validate_every] if training.validate_every else []
     distributed = ["--distributed-world-size", gpus] if gpus > 1 else []
     return [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--arch", arch,
-            *(shape.flags() if shape else []), "--label-smoothing", label_smoothing,
+            *(shape.flags() if shape else []), "--label-smoothing", training.label_smoothing,
             "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", training.lr,
             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", training.warmup, "--warmup-init-lr", "1e-07",
             "--weight-decay", training.weight_decay,
