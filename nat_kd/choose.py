@@ -318,7 +318,7 @@ def render(rank: dict, arch: str) -> str:
 def main(argv=None) -> int:
     setup_logging(argv)
     args = parse_args(argv)
-    return run(lambda: _choose(args))
+    return run(lambda: _choose(args), resumable=True)
 
 
 def _choose(args) -> int:
@@ -360,12 +360,8 @@ def _choose(args) -> int:
     if detached:  # the pilots chained in Slurm's queue; the same command without --detach collects them
         return submit_detached(launcher, runner, steps, "run the same command without --detach once they have "
                                "run: it waits for what is left and writes the ranking")
-    try:
-        with sigterm_as_interrupt() if launcher else nullcontext():
-            records = runner.run(steps)
-    except KeyboardInterrupt:
-        print("stopped; rerun the same command to go on", file=sys.stderr)
-        return 130
+    with sigterm_as_interrupt() if launcher else nullcontext():
+        records = runner.run(steps)
     rank = ranking(records, list(candidates), family, args.updates)
     text = render(rank, args.arch)
     atomic.write_json(out / "ranking.json", rank)

@@ -15,6 +15,7 @@ VERBOSE = "--verbose"
 # fairseq's loggers: their INFO lines (model loading, task set-up, and the "Please install tensorboardX" that
 # fairseq.tasks.text_to_speech logs when it is imported) are shown only with --verbose
 FAIRSEQ_LOGGERS = ("fairseq", "fairseq_cli")
+STOPPED = "stopped; rerun the same command to go on"
 
 
 def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
@@ -70,13 +71,19 @@ def is_toolkit_error(err: BaseException) -> bool:
     return plugin is not None and isinstance(err, plugin.TeacherError)
 
 
-def run(body: Callable[[], int | None]) -> int:
+def run(body: Callable[[], int | None], resumable: bool = False) -> int:
     """Run a command's body; the toolkit's own errors become ``error: ...`` on stderr and exit status 2.
 
     Anything else propagates with its traceback: a plain ValueError or KeyError is a bug to fix, not a message
-    for the user."""
+    for the user. A ``resumable`` command (every write atomic, every finished step kept) answers Ctrl-C, or a
+    SIGTERM turned into one, wherever it comes, with STOPPED and exit status 130."""
     try:
         return body() or 0
+    except KeyboardInterrupt:
+        if not resumable:
+            raise
+        print(STOPPED, file=sys.stderr)
+        return 130
     except Exception as err:
         if not is_toolkit_error(err):
             raise

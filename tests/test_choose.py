@@ -241,13 +241,13 @@ def test_label_smoothing_reaches_the_pilots_settings_only_where_the_loss_takes_i
     assert not (tmp_path / "out").exists()
 
 
-def test_ctrl_c_stops_choose_with_a_line_not_a_traceback(corpus, candidates, tmp_path, monkeypatch, capsys):
-    from nat_kd.study.steps import Runner
-
-    def interrupted(self, steps):
+@pytest.mark.parametrize("where", ["nat_kd.choose.check_candidate", "nat_kd.study.steps.Runner.run"])
+def test_ctrl_c_stops_choose_with_a_line_not_a_traceback(where, corpus, candidates, tmp_path, monkeypatch, capsys):
+    """While a candidate's files are compared with the corpus's, and while the pilots train."""
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Runner, "run", interrupted)
+    monkeypatch.setattr(where, interrupted)
     assert main(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", "kd_nat_tiny", "--updates",
                  "3", "--out", str(tmp_path / "out")]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "stopped; rerun the same command to go on"

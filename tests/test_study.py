@@ -508,14 +508,17 @@ def test_a_prepared_corpus_step_counts_its_training_pairs(tiny_en_de, tmp_path):
     assert result["outputs"] == [str(tiny_en_de / "manifest.json")] and not list(tmp_path.iterdir())
 
 
-def test_ctrl_c_stops_the_local_driver_with_a_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("where, extra", [("nat_kd.study.plan.build_plan", []), ("nat_kd.study.steps.Runner.run", []),
+                                          ("nat_kd.study.results.write_results", ["--results-only"])])
+def test_ctrl_c_stops_the_local_driver_with_a_line_not_a_traceback(where, extra, tmp_path, monkeypatch, capsys):
+    """While the plan hashes the corpus, while steps run, while the results are written: all resumable."""
     from nat_kd.study.__main__ import main
 
-    def interrupted(self, steps):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Runner, "run", interrupted)
-    assert main(["micro", "--out", str(tmp_path / "micro")]) == 130
+    monkeypatch.setattr(where, interrupted)
+    assert main(["micro", "--out", str(tmp_path / "micro"), *extra]) == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "stopped; rerun the same command to go on"
 
 

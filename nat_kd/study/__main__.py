@@ -55,7 +55,7 @@ def main(argv=None) -> int:
                "cancel them)")
     add_verbose_argument(p)
     args = p.parse_args(argv)
-    return run(lambda: _study(args, argv))
+    return run(lambda: _study(args, argv), resumable=True)
 
 
 def _study(args, argv) -> int:
@@ -97,9 +97,9 @@ def _study(args, argv) -> int:
                 if args.only:  # the results show every step done, not only those run now
                     records = runner.records(steps)
     except KeyboardInterrupt:
-        jobs = f" the running jobs were {'left running' if args.detach else 'cancelled'}:" if launcher else ""
-        print(f"stopped;{jobs} rerun the same command to go on", file=sys.stderr)
-        return 130
+        if launcher:
+            print(f"the running jobs were {'left running' if args.detach else 'cancelled'}", file=sys.stderr)
+        raise
     # the command that runs the study, also when --results-only re-renders it: results.md describes the study
     command = "python -m nat_kd.study " + " ".join(
         shlex.quote(a) for a in (argv or sys.argv[1:]) if a != "--results-only")
