@@ -118,13 +118,16 @@ with sigterm_as_interrupt():
 
 
 def _driver_killed_while_its_job_runs(root, detach):
-    """Start a driver on the slow step in its own process, SIGTERM it once the job is submitted."""
+    """Start a driver on the slow step in its own process, SIGTERM it once the job is submitted. The driver
+    ignores SIGINT, as one started by ``nohup ... &`` in a script does, and its job inherits that: submitit-local
+    cancels a job with SIGINT."""
     root.mkdir()
     log = root / "driver.log"  # not a pipe: a detached job inherits the driver's streams and holds a pipe open
     with open(log, "w") as streams:
         driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(tests=str(ROOT / "tests"), root=str(root),
                                                                        detach=detach)],
-                                  cwd=ROOT, stdout=streams, stderr=subprocess.STDOUT)
+                                  cwd=ROOT, stdout=streams, stderr=subprocess.STDOUT,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     marker = root / "jobs" / "slow" / "submitted.json"
     deadline = time.time() + 120
     while not marker.exists() or not (root / "starts.txt").exists():  # submitted, and the job is running
