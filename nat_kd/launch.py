@@ -406,17 +406,19 @@ def sigterm_as_interrupt():
     """SIGTERM (scancel of the driver, a kill) raises KeyboardInterrupt like Ctrl-C while the block runs, so
     the driver cancels or leaves its jobs as it does on SIGINT instead of dying on the spot.
 
-    SIGINT raises it too, also in a driver started with SIGINT ignored (``nohup ... &`` in a script): the
-    processes started in the block inherit an ignored signal, and submitit-local cancels a job by SIGINT to its
-    controller process, which would otherwise run on beside the rerun that does its step again."""
+    SIGINT raises it too, also in a driver started with SIGINT ignored (``nohup ... &`` in a script):
+    otherwise the processes started in the block would inherit the ignored signal, and submitit-local cancels a
+    job by SIGINT to its controller process, which would then run on beside the rerun that does its step again.
+    The driver itself then stops on SIGINT too, which is safe: every such command resumes where it stopped."""
     import signal
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, interrupt), signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_term = signal.signal(signal.SIGTERM, interrupt)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)

@@ -466,6 +466,23 @@ def test_shards_as_a_job_array_give_the_unsharded_set_and_resume_from_saved_chun
     assert len(list((tmp_path / "resumed.jobs").glob("*_submitted.pkl"))) == 1
 
 
+@pytest.mark.parametrize("launcher", [[], ["--launcher", "submitit-local"]])
+def test_ctrl_c_stops_generate_distilled_with_a_line_not_a_traceback(launcher, micro_local, tmp_path, monkeypatch,
+                                                                     capsys):
+    """Decoding here or as jobs, the set resumes from its saved chunks: the same line as study's and choose's."""
+    from nat_kd.distill import cluster, pipeline
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster.ShardLauncher, "run", interrupted)
+    monkeypatch.setattr(pipeline, "distill", interrupted)
+    assert _generate(micro_local, tmp_path / "out", *launcher) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "stopped; rerun the same command to go on"
+    assert ("the shards' jobs were cancelled" in err) == bool(launcher)
+
+
 def test_bad_inputs_are_refused_before_any_job_is_submitted(micro_local, tmp_path, capsys):
     """What every shard would refuse at its start is refused by the driver, once, in one line: no job is
     submitted, none is resubmitted."""

@@ -189,8 +189,8 @@ def main(argv=None) -> int:
             from .cluster import launch
 
             result = launch(args, config_from_args(args))
-            if result is None:
-                return 0 if args.dry_run else 130
+            if result is None:  # --dry-run
+                return 0
         else:
             result = distill(config_from_args(args))
         if result.complete:
@@ -205,7 +205,7 @@ def main(argv=None) -> int:
                           + (f", BLEU {check['bleu_difference']:+.2f}" if "bleu_difference" in check else ""))
         return 0
 
-    return cli.run(body)
+    return cli.run(body, resumable=True)
 
 
 if __name__ == "__main__":

@@ -233,8 +233,7 @@ def launch(args, cfg):
         with sigterm_as_interrupt():
             launcher.run()
     except KeyboardInterrupt:
-        print(f"stopped; the shards' jobs were {'left running' if args.detach else 'cancelled'}: rerun the same "
-              "command to go on", file=sys.stderr)
-        return None
+        print(f"the shards' jobs were {'left running' if args.detach else 'cancelled'}", file=sys.stderr)
+        raise
     out = DistilledSet(cfg.out_dir)
     return DistillResult(out.root, True, out.meta())

@@ -301,8 +301,8 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
                 vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
 
     def train(name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=cfg.tgt, seed=1):
-        # the seed and the glancing schedule are settings only when they are not the defaults, so the steps of
-        # studies made before they were configurable keep their fingerprints
+        # only what the model reads (used_by); the seed and the glancing schedule only when they are not the
+        # defaults, so that the steps of studies made before they were configurable keep their fingerprints
         training = {k: v for k, v in asdict(training.used_by(nat_family)).items()
                     if k != "glance_anneal_updates" or v}
         # more updates later continue the training (its learning rate and glancing schedule do not depend on
