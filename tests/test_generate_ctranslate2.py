@@ -1,5 +1,7 @@
 """The ctranslate2 backend of nat_kd.generate_distilled on the micro teacher, against the fairseq backend."""
 import json
+import re
+import sys
 
 import pytest
 import torch
@@ -223,3 +225,145 @@ def test_what_ctranslate2_cannot_convert_is_refused_first(arch, overrides, messa
         return
     with pytest.raises(SettingsError, match=message + r".*--backend fairseq"):
         check(settings, teacher)
+
+
+# What CTranslate2 4.8.5 and dlopen raise where the GPU cannot be used: ctypes' text for a missing cuBLAS 12 (on a
+# CUDA 13 machine there is only libcublas.so.13), CTranslate2's when its own dlopen fails at the first translation
+# (src/cuda/cublas_stub.cc), and its "CUDA failed with error " + cudaGetErrorString (src/cuda/utils.h)
+NO_CUBLAS = "libcublas.so.12: cannot open shared object file: No such file or directory"
+CT2_NO_CUBLAS = "Library libcublas.so.12 is not found or cannot be loaded"
+NO_GPU = "CUDA failed with error no CUDA-capable device is detected"
+OLD_DRIVER = "CUDA failed with error CUDA driver version is insufficient for CUDA runtime version"
+
+
+@pytest.fixture
+def gpu_machine(monkeypatch):
+    """CTranslate2 on a machine with one GPU and, unless the test says otherwise, every library it loads; each
+    ``fail[name]`` makes that step raise its exception instead."""
+    import ctypes
+
+    from nat_kd.distill.backends import ctranslate2 as backend
+
+    fail, load = {}, ctypes.CDLL
+
+    def get_supported_compute_types(device, index=0):
+        if "compute_types" in fail:
+            raise fail["compute_types"]
+        return {"float32", "float16", "int8"} if device == "cuda" else {"float32", "int8"}
+
+    def cdll(name, *args, **kw):
+        if name in fail:
+            raise fail[name]
+        return load("libc.so.6") if name in (backend.CUBLAS_LIBRARY, "libcuda.so.1") else load(name, *args, **kw)
+
+    monkeypatch.setattr(ctranslate2, "get_supported_compute_types", get_supported_compute_types)
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
+    monkeypatch.setattr(backend.ctypes, "CDLL", cdll)
+    monkeypatch.setitem(sys.modules, "nvidia", None)  # pip's nvidia-* packages not installed
+    return fail
+
+
+def fairseq_teacher():
+    from types import SimpleNamespace
+
+    import fairseq_plugins.models  # noqa: F401  (registers the kd_* architectures)
+    from fairseq_plugins.counting import build_model
+
+    return SimpleNamespace(models=(build_model("kd_transformer_tiny", 120),), paths=["teacher.pt"],
+                           archs=["kd_transformer_tiny"])
+
+
+FAIRSEQ_FIX = "or use --backend fairseq (the default), which runs on the CUDA that the installed torch was built for"
+CUBLAS_FIX = ("install it (pip install nvidia-cublas-cu12 and add its nvidia/cublas/lib folder to LD_LIBRARY_PATH, or "
+              "put a CUDA 12 toolkit's lib64 folder on LD_LIBRARY_PATH), " + FAIRSEQ_FIX)
+
+
+@pytest.mark.parametrize("failing, error, message", [
+    ("libcublas.so.12", OSError(NO_CUBLAS), "--device cuda: CTranslate2 4.8.5 cannot load libcublas.so.12, CUDA 12's "
+     "cuBLAS, which its wheels need whatever CUDA this machine has: " + CUBLAS_FIX),
+    ("compute_types", RuntimeError(NO_GPU), "--device cuda: CTranslate2 4.8.5 finds no CUDA GPU on this machine (no "
+     "CUDA-capable device is detected): use --device cpu, or run where a GPU is"),
+    ("compute_types", RuntimeError(OLD_DRIVER), "--device cuda: the NVIDIA driver is older than CUDA 12, which "
+     "CTranslate2 4.8.5's wheels are built for (CUDA driver version is insufficient for CUDA runtime version): "
+     "install a driver for CUDA 12 or later, " + FAIRSEQ_FIX)])
+def test_a_gpu_ctranslate2_cannot_use_is_one_line_naming_the_fix(gpu_machine, failing, error, message):
+    """check(), before anything is converted: CTranslate2 loads cuBLAS only at the first translation, so the check
+    loads it itself, as CTranslate2 would (dlopen of libcublas.so.12)."""
+    from nat_kd.distill.backends.ctranslate2 import check
+
+    assert ctranslate2.__version__ == "4.8.5"  # the version whose errors these are (setup.cfg pins it)
+    settings = BackendSettings(name="ctranslate2", decoding=DecodingSettings(), device="cuda")
+    check(settings, fairseq_teacher())  # the machine with everything: accepted
+    gpu_machine[failing] = error
+    with pytest.raises(SettingsError) as raised:
+        check(settings, fairseq_teacher())
+    assert str(raised.value) == message
+
+
+def test_an_installed_nvidia_cublas_cu12_is_named_as_the_folder_to_add(gpu_machine, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from nat_kd.distill.backends.ctranslate2 import check
+
+    lib = tmp_path / "site-packages" / "nvidia" / "cublas" / "lib"
+    lib.mkdir(parents=True)
+    cublas = SimpleNamespace(__path__=[str(lib.parent)])
+    monkeypatch.setitem(sys.modules, "nvidia", SimpleNamespace(__path__=[str(lib.parent.parent)], cublas=cublas))
+    monkeypatch.setitem(sys.modules, "nvidia.cublas", cublas)
+    gpu_machine["libcublas.so.12"] = OSError(NO_CUBLAS)
+    settings = BackendSettings(name="ctranslate2", decoding=DecodingSettings(), device="cuda")
+    with pytest.raises(SettingsError, match=r"install it \(pip install nvidia-cublas-cu12 and add"):
+        check(settings, fairseq_teacher())  # a folder without the library: not the CUDA 12 package
+    (lib / "libcublas.so.12").write_bytes(b"")
+    added = re.escape(f"install it (nvidia-cublas-cu12 is installed: add {lib} to LD_LIBRARY_PATH), or use --backend")
+    with pytest.raises(SettingsError, match=added):
+        check(settings, fairseq_teacher())
+
+
+def test_no_driver_at_all_reads_as_no_driver_not_an_old_one(gpu_machine):
+    """CUDA's runtime says "driver version is insufficient" also where there is no driver (this CPU machine's
+    case)."""
+    from nat_kd.distill.backends.ctranslate2 import check
+
+    gpu_machine.update(compute_types=RuntimeError(OLD_DRIVER), **{"libcuda.so.1": OSError("libcuda.so.1: cannot "
+                       "open shared object file: No such file or directory")})
+    with pytest.raises(SettingsError, match=r"^--device cuda:1: no NVIDIA driver on this machine \(libcuda.so.1 "
+                       r"cannot be loaded; .*\): use --device cpu, or install the driver$"):
+        check(BackendSettings(name="ctranslate2", decoding=DecodingSettings(), device="cuda:1"), fairseq_teacher())
+
+
+def test_cublas_missing_at_the_first_translation_is_the_same_line(gpu_machine):
+    """Where check()'s look found cuBLAS but CTranslate2's own dlopen does not, its error at decoding is the same
+    line; other errors keep their traceback, and on the CPU nothing is read as a GPU's error."""
+    from types import SimpleNamespace
+
+    from nat_kd.distill.backends.ctranslate2 import CTranslate2Backend
+
+    gpu = SimpleNamespace(device="cuda", device_name="cuda", model_dir="m", target_prefix=[])
+    with pytest.raises(SettingsError) as raised:
+        with CTranslate2Backend.position_limit(gpu):
+            raise RuntimeError(CT2_NO_CUBLAS)
+    assert str(raised.value).startswith("--device cuda: CTranslate2 4.8.5 cannot load libcublas.so.12, CUDA 12's "
+                                        "cuBLAS") and str(raised.value).endswith(CUBLAS_FIX)
+    for backend, error in [(gpu, "CUDA failed with error out of memory"),
+                           (SimpleNamespace(**{**vars(gpu), "device": "cpu"}), CT2_NO_CUBLAS)]:
+        with pytest.raises(RuntimeError, match=error):
+            with CTranslate2Backend.position_limit(backend):
+                raise RuntimeError(error)
+
+
+def test_cli_without_cuda_12_exits_2_with_one_line(teacher, tiny_en_de, corpus, tmp_path, gpu_machine,  # noqa: F811
+                                                   capsys):
+    """``--backend ctranslate2 --device cuda`` on a machine with CUDA 13 alone: exit status 2, one line, no traceback,
+    nothing converted or written."""
+    from nat_kd.generate_distilled import main
+
+    gpu_machine["libcublas.so.12"] = OSError(NO_CUBLAS)
+    code = main(cli(teacher, tiny_en_de, corpus, tmp_path / "o", "--backend", "ctranslate2", "--device", "cuda",
+                    "--ct2-cache", str(tmp_path / "c"))[3:])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        "error: --device cuda: CTranslate2 4.8.5 cannot load libcublas.so.12, CUDA 12's cuBLAS, which its wheels need "
+        "whatever CUDA this machine has: " + CUBLAS_FIX]
+    assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()

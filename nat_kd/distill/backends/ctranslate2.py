@@ -25,8 +25,10 @@ sentence streams, another batch size gives other samples (docs/generate_distille
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import re
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,6 +48,13 @@ REFUSED = "use --backend fairseq (the default), which decodes any fairseq model"
 CPU_SUB_BATCH_TOKENS = 2048  # faster than whole 12000-token batches on 2 cores (docs/generate_distilled.md)
 # CTranslate2's error for a position past the model's table (layers/common.cc)
 POSITIONS_ERROR = re.compile(r"No position encodings are defined for positions >= (\d+)")
+# CTranslate2 4.x's Linux wheels carry CUDA 12's runtime (cudart, linked in) and load CUDA 12's cuBLAS with
+# dlopen at the first matrix product (src/cuda/cublas_stub.cc); its CUDA errors are "CUDA failed with error
+# " + cudaGetErrorString (src/cuda/utils.h). A CUDA 13 machine has libcublas.so.13 only.
+CUBLAS_LIBRARY = "libcublas.so.12"
+LIBRARY_ERROR = re.compile(r"Library (\S+) is not found or cannot be loaded"  # CTranslate2's dlopen stub
+                           r"|(\S+\.so[.\d]*): cannot open shared object file")  # dlopen's own (ctypes)
+CUDA_ERROR = re.compile(r"CUDA failed with error (.+)")
 
 
 def check(settings: BackendSettings, teacher) -> None:
@@ -57,11 +66,73 @@ def check(settings: BackendSettings, teacher) -> None:
     if settings.decoding.max_len_a != 0:
         raise SettingsError(f"--max-len-a {settings.decoding.max_len_a}: CTranslate2 limits outputs to a fixed length "
                             "(--max-len-b) only; use --max-len-a 0 or --backend fairseq")
-    device = device_and_index(settings.device)[0]
-    supported = sorted(ctranslate2.get_supported_compute_types(device))
+    device, index = device_and_index(settings.device)
+    with gpu_errors(settings.device):
+        supported = sorted(ctranslate2.get_supported_compute_types(device, index))
+        if device == "cuda" and sys.platform == "linux":  # CTranslate2 loads it only at the first translation
+            ctypes.CDLL(CUBLAS_LIBRARY)
     if settings.compute_type not in supported:
         raise SettingsError(f"--compute-type {settings.compute_type}: this machine's {device} supports "
                             f"{', '.join(supported)}")
+
+
+def gpu_error(err: BaseException, device: str) -> SettingsError | None:
+    """CTranslate2's error (or dlopen's) when it cannot use the GPU: a CUDA library it cannot load, no GPU, no
+    driver or one too old, as one line that names the fix; None for any other error."""
+    import ctranslate2
+
+    version = f"CTranslate2 {ctranslate2.__version__}"
+    fairseq = "or use --backend fairseq (the default), which runs on the CUDA that the installed torch was built for"
+    library, cuda = LIBRARY_ERROR.search(str(err)), CUDA_ERROR.search(str(err))
+    if library:
+        name = library.group(1) or library.group(2)
+        return SettingsError(f"--device {device}: {version} cannot load {name}, CUDA 12's cuBLAS, which its wheels "
+                             f"need whatever CUDA this machine has: install it ({cublas_install()}), {fairseq}")
+    if cuda is None:
+        return None
+    what = cuda.group(1).strip()
+    count = ctranslate2.get_cuda_device_count()
+    if "no CUDA-capable device" in what or ("invalid device ordinal" in what and count == 0):
+        return SettingsError(f"--device {device}: {version} finds no CUDA GPU on this machine ({what}): use "
+                             "--device cpu, or run where a GPU is")
+    if "invalid device ordinal" in what:
+        return SettingsError(f"--device {device}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1} "
+                             f"({what})")
+    if "driver version is insufficient" in what:
+        try:
+            ctypes.CDLL("libcuda.so.1")
+        except OSError:  # CUDA's runtime says the same when there is no driver at all
+            return SettingsError(f"--device {device}: no NVIDIA driver on this machine (libcuda.so.1 cannot be "
+                                 f"loaded; {version}: {what}): use --device cpu, or install the driver")
+        return SettingsError(f"--device {device}: the NVIDIA driver is older than CUDA 12, which {version}'s "
+                             f"wheels are built for ({what}): install a driver for CUDA 12 or later, {fairseq}")
+    return None
+
+
+def cublas_install() -> str:
+    """How to make CUDA 12's cuBLAS loadable: the folder to add if pip's nvidia-cublas-cu12 is installed."""
+    try:
+        import nvidia.cublas
+        folders = [Path(p) / "lib" for p in nvidia.cublas.__path__]
+    except ImportError:
+        folders = []
+    found = [f for f in folders if (f / CUBLAS_LIBRARY).is_file()]
+    if found:
+        return f"nvidia-cublas-cu12 is installed: add {found[0]} to LD_LIBRARY_PATH"
+    return ("pip install nvidia-cublas-cu12 and add its nvidia/cublas/lib folder to LD_LIBRARY_PATH, or put a CUDA "
+            "12 toolkit's lib64 folder on LD_LIBRARY_PATH")
+
+
+@contextmanager
+def gpu_errors(device: str):
+    """CTranslate2's errors about the GPU (``gpu_error``) as a SettingsError; any other error as it is."""
+    try:
+        yield
+    except (RuntimeError, OSError) as err:
+        settings_error = gpu_error(err, device)
+        if settings_error is None:
+            raise
+        raise settings_error from None
 
 
 def check_fairseq_teacher(teacher) -> None:
@@ -151,6 +222,7 @@ class CTranslate2Backend:
         # and starts decoding from its target prefix (a multilingual teacher's language token)
         self.source_suffix = [teacher.eos] if published and not teacher.ct2_config.get("add_source_eos") else []
         self.target_prefix = teacher.target_prefix if published else []
+        self.device_name = settings.device
         self.device, self.device_index = device_and_index(settings.device)
         self.sub_batch_tokens = sub_batch_tokens(self.device, strategy.name)
         self.compute_type = settings.compute_type
@@ -177,10 +249,11 @@ class CTranslate2Backend:
     def _translator(self, files=None):
         import ctranslate2
 
-        return ctranslate2.Translator(str(self.model_dir), device=self.device, device_index=self.device_index,
-                                      compute_type=self.compute_type, files=files,
-                                      **({"inter_threads": self.threads, "intra_threads": 1} if self.sub_batch_tokens
-                                         else {"inter_threads": 1, "intra_threads": self.threads}))
+        threads = ({"inter_threads": self.threads, "intra_threads": 1} if self.sub_batch_tokens
+                   else {"inter_threads": 1, "intra_threads": self.threads})
+        with gpu_errors(self.device_name):
+            return ctranslate2.Translator(str(self.model_dir), device=self.device, device_index=self.device_index,
+                                          compute_type=self.compute_type, files=files, **threads)
 
     check = staticmethod(check)
 
@@ -226,13 +299,17 @@ class CTranslate2Backend:
     def position_limit(self):
         """CTranslate2's error for a model with fewer positions than the teacher was taken to have (a
         CTranslate2 folder whose model.bin does not record them: teachers.DEFAULT_MAX_POSITIONS), as the
-        setting that avoids it."""
+        setting that avoids it; and its errors about the GPU (``gpu_error``: the first translation is where
+        CTranslate2 loads cuBLAS, should ``check``'s look have missed it)."""
         try:
             yield
         except RuntimeError as err:
             found = POSITIONS_ERROR.search(str(err))
             if found is None:
-                raise
+                gpu = gpu_error(err, self.device_name) if self.device != "cpu" else None
+                if gpu is None:
+                    raise
+                raise gpu from None
             positions = int(found.group(1))
             raise SettingsError(f"teacher {self.model_dir} has {positions} positions (CTranslate2: {err}): pass "
                                 f"--max-len-b {positions - 1 - len(self.target_prefix)} or less, and cut sources "
