@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -427,6 +428,124 @@ def test_lean_ensemble_skips_only_reorders_within_a_sentence(teacher, tiny_en_de
     assert torch.equal(crossed[0]["encoder_out"][0][:, 0], expanded[0]["encoder_out"][0][:, 2])
     shrunk = model.reorder_encoder_out(crossed, torch.tensor([2, 3]))  # sentence 0 finished
     assert shrunk is not crossed and shrunk[0]["encoder_out"][0].size(1) == 2
+
+
+def fairseq_backends(teacher, tiny_en_de, corpus, tmp_path):
+    """A session (seq-inter: n-best lists of 4), its non-empty batches, and fairseq backends decoding in the
+    calling thread and in a background one (forced: on the CPU the default is the calling thread)."""
+    from nat_kd.distill.backends.fairseq import FairseqBackend
+    from nat_kd.distill.workers import Session
+
+    session = Session(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="seq-inter", beam=4,
+                             max_tokens=1100, max_sentences=6))
+    empty = {line - 1 for line in session.corpus.empty_lines}
+    batches = [[i for i in batch if i not in empty] for batch in session.batches()]
+    synchronous = FairseqBackend(session.backend_settings, session.backend_inputs)
+    background = FairseqBackend(session.backend_settings, session.backend_inputs, background=True)
+    assert not synchronous.background and background.background
+    return session, [b for b in batches if b], synchronous, background
+
+
+def decoding_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("nat-kd-fairseq")]
+
+
+def test_fairseq_backend_decodes_in_a_background_thread_exactly_as_in_the_callers(teacher, tiny_en_de, corpus,
+                                                                                  tmp_path):
+    """Every batch queued before any result is read: one thread decodes them in order, each hypothesis (pieces
+    and log-probability, whole n-best lists) the calling thread's; close() leaves no thread behind."""
+    from concurrent.futures import Future
+
+    session, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
+    assert len(batches) > 5
+    try:
+        queued = [background.submit(batch) for batch in batches]
+        assert all(isinstance(future, Future) for future in queued) and len(decoding_threads()) == 1
+        expected = [synchronous.decode(batch) for batch in batches]
+        assert [future.result(timeout=120) for future in queued] == expected
+    finally:
+        background.close()
+    assert decoding_threads() == []
+    assert all(len(nbest) == 4 for batch in expected for _, nbest in batch)
+    assert [sorted(i for i, _ in batch) for batch in expected] == [sorted(batch) for batch in batches]
+
+
+def test_fairseq_backend_submit_returns_before_the_batch_is_decoded(teacher, tiny_en_de, corpus, tmp_path,
+                                                                    monkeypatch):
+    session, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
+    caller, release = threading.get_ident(), threading.Event()
+    started = [threading.Event(), threading.Event()]  # the first batch's decoding has begun, the second's
+    decode = background.decode
+
+    def held(ids):
+        if threading.get_ident() == caller:
+            raise AssertionError("decoded in the calling thread")
+        started[ids != batches[0]].set()
+        if not release.wait(60):
+            raise AssertionError("never released")
+        return decode(ids)
+
+    monkeypatch.setattr(background, "decode", held)
+    try:
+        first, second = background.submit(batches[0]), background.submit(batches[1])
+        assert started[0].wait(60)  # the thread has taken the first batch and waits
+        assert not first.done() and not second.done()
+        assert not started[1].wait(0.2)  # the second waits for the first: one thread, batches in order
+        release.set()
+        assert first.result(timeout=60) == synchronous.decode(batches[0])
+        assert second.result(timeout=60) == synchronous.decode(batches[1])
+    finally:
+        release.set()
+        background.close()
+
+
+def test_fairseq_backend_error_in_the_background_thread_surfaces_from_result(teacher, tiny_en_de, corpus, tmp_path,
+                                                                            monkeypatch):
+    """The decoding's own error, as the calling thread would raise it, from result() and from finish_chunk."""
+    from nat_kd.distill.workers import ChunkDecoder
+
+    session, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory (a test)")
+
+    for backend in (synchronous, background):
+        monkeypatch.setattr(backend.generator, "generate", out_of_memory)
+    with pytest.raises(torch.cuda.OutOfMemoryError, match="a test"):
+        synchronous.submit(batches[0])
+    try:
+        future = background.submit(batches[0])
+        with pytest.raises(torch.cuda.OutOfMemoryError, match="a test"):
+            future.result(timeout=60)
+        decoder = ChunkDecoder(session, backend=background)
+        pending = decoder.submit_chunk(batches[:2])
+        with pytest.raises(torch.cuda.OutOfMemoryError, match="a test"):
+            decoder.finish_chunk(pending)
+    finally:
+        background.close()
+
+
+def test_run_with_fairseq_decoding_in_the_background_writes_the_same_set(teacher, tiny_en_de, corpus, tmp_path,
+                                                                         monkeypatch):
+    """The single-process loop with the fairseq backend's background thread (a GPU's default, forced here):
+    the same files, the thread stopped at the end, and the chunks' seconds within the decoding's wall time."""
+    from nat_kd.distill import workers
+    from nat_kd.distill.backends.fairseq import FairseqBackend
+
+    kw = dict(strategy="beam", beam=2, max_tokens=1100, max_sentences=6, chunk_sentences=6)
+    reference = distill(config(teacher, tiny_en_de, corpus, tmp_path / "calling", **kw)).out_dir
+    built = []
+
+    def background_backend(settings, inputs, threads=1):
+        built.append(FairseqBackend(settings, inputs, threads, background=True))
+        return built[-1]
+
+    monkeypatch.setattr(workers, "build_backend", background_backend)
+    result = distill(config(teacher, tiny_en_de, corpus, tmp_path / "background", **kw))
+    assert len(built) == 1 and decoding_threads() == []
+    assert output_bytes(result.out_dir) == output_bytes(reference)
+    timing = result.meta["timing"]
+    assert 0 < timing["chunk_decode_seconds_total"] <= timing["decode_wall_seconds"] + 0.01
 
 
 def test_distilled_set_names_every_file_the_generator_writes(runs):

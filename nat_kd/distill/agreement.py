@@ -45,8 +45,12 @@ def check_against(session: Session, reference: str, count: int, threads: int) ->
                                     threads)
     ours = session.cfg.backend
     decoders = {reference: ChunkDecoder(session, threads, backend), ours: ChunkDecoder(session, threads)}
-    pieces = {name: dict((i, p) for batch in batches for i, p, _ in decoder.decode_batch(batch))
-              for name, decoder in decoders.items()}
+    try:
+        pieces = {name: dict((i, p) for batch in batches for i, p, _ in decoder.decode_batch(batch))
+                  for name, decoder in decoders.items()}
+    finally:
+        for decoder in decoders.values():
+            decoder.close()
     ids = sorted(pieces[reference])
     theirs, mine = ([pieces[name][i] for i in ids] for name in (reference, ours))
     identical = sum(a == b for a, b in zip(theirs, mine))

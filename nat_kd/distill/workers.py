@@ -249,6 +249,12 @@ class ChunkDecoder:
         chunk["seconds"] = round(self._last_finish - start, 3)
         return chunk
 
+    def close(self) -> None:
+        """Stop the backend's own threads, if it has any (``close``: the fairseq backend's, on a GPU)."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
 
 def reuse_freed_memory() -> None:
     """Serve big tensors from the heap and keep freed memory for reuse (glibc only).
@@ -304,20 +310,24 @@ def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[in
             reuse_freed_memory()
             decoder = session.decoder(threads)
             # the next chunk is queued before this one is finished, so a backend that decodes in its own
-            # threads (CTranslate2) keeps them busy while this process detokenizes, scores and saves
+            # threads (CTranslate2; fairseq on a GPU) keeps them busy while this process detokenizes, scores
+            # and saves
             def finish(index, submitted):
                 result = decoder.finish_chunk(submitted)
                 store.save(index, result)
                 bar.update(len(result["ids"]))
 
-            queued = None
-            for index, batches in jobs:
-                submitted = (index, decoder.submit_chunk(batches))
+            try:
+                queued = None
+                for index, batches in jobs:
+                    submitted = (index, decoder.submit_chunk(batches))
+                    if queued:
+                        finish(*queued)
+                    queued = submitted
                 if queued:
                     finish(*queued)
-                queued = submitted
-            if queued:
-                finish(*queued)
+            finally:  # also on an error or Ctrl-C: no decoding thread is left running
+                decoder.close()
         else:
             context = multiprocessing.get_context("spawn")
             with context.Pool(min(workers, len(jobs)), initializer=quiet_worker,

@@ -11,7 +11,8 @@ never sees the run's session or pipeline. Each backend class has ``describe(sett
 anything is written), ``prepare(settings, teacher)`` (run once in the main process before the workers start),
 ``decode(ids)``, and ``submit(ids)``, whose ``result()``
 gives ``decode``'s answer: a backend that decodes in its own threads returns at once, so the caller can queue
-more work meanwhile.
+more work meanwhile (CTranslate2, and fairseq on a GPU); ``close()``, where a backend has it, stops those
+threads (``workers.ChunkDecoder.close``).
 Both take the same batches (the chunk plan) and return, per sentence, ``Hypothesis`` objects best first;
 ``workers.ChunkDecoder`` picks one (the strategy's rule) and detokenizes it. A backend never detokenizes.
 """

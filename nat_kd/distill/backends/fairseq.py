@@ -5,6 +5,8 @@ Beam search and greedy give fairseq-generate's hypotheses token for token when b
 """
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
+
 from ..decoding import build_strategy
 from ..source import token_strings
 from .base import BackendInputs, BackendSettings, DecodedBatch, Hypothesis
@@ -13,12 +15,22 @@ from .base import BackendInputs, BackendSettings, DecodedBatch, Hypothesis
 class FairseqBackend:
     name = "fairseq"
 
-    def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1):
+    def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1,
+                 background: bool | None = None):
         # threads: torch's, set by the worker
         strategy = build_strategy(settings.decoding)
         self.teacher, self.dataset, self.device = inputs.teacher, inputs.dataset, settings.device
         self.nbest = strategy.beam_size if strategy.needs_reference else 1
         self.generator = strategy.build_generator(self.teacher.models, self.teacher.tgt_dict)
+        # background (default: on a GPU): ``submit`` hands the batch to one thread of our own and returns at once,
+        # so the GPU decodes the next chunk while the caller detokenizes, scores and saves this one
+        # (workers.decode_pending queues a chunk before finishing the last). One thread decodes the batches one
+        # at a time in submission order, each exactly as ``decode`` would (grad mode is per thread: fairseq's
+        # task.inference_step turns gradients off itself). Not on the CPU: there torch already runs one thread
+        # per core, and a second busy thread would oversubscribe them.
+        self.background = settings.device != "cpu" if background is None else background
+        self._executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="nat-kd-fairseq")
+                          if self.background else None)
 
     @staticmethod
     def check(settings: BackendSettings, teacher) -> None:
@@ -33,9 +45,18 @@ class FairseqBackend:
         """meta.json's ``backend``."""
         return {"name": FairseqBackend.name, "fp16": settings.fp16}
 
-    def submit(self, ids: list[int]) -> "DecodedBatch":
-        """The batch decoded now (fairseq decodes in the calling thread); ``result()`` returns it."""
-        return DecodedBatch(self.decode(ids))
+    def submit(self, ids: list[int]) -> "DecodedBatch | Future":
+        """The batch queued on the background thread (a Future), or decoded now; ``result()`` returns ``decode``'s
+        answer, or raises its error."""
+        if self._executor is None:
+            return DecodedBatch(self.decode(ids))
+        return self._executor.submit(self.decode, ids)
+
+    def close(self) -> None:
+        """Stop the background thread: batches not started are cancelled, the one being decoded is finished
+        (a thread cannot be interrupted), so none is left running when the caller is done or stopped."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
 
     def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
         """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
