@@ -1,9 +1,9 @@
 """Benchmark nat_kd.generate_distilled (fairseq backend, and with --backend ctranslate2 also the ctranslate2
-backend) against plain fairseq-generate (beam search, CPU).
+backend) against plain fairseq-generate (beam search), on the CPU or a GPU.
 
     nice python scripts/bench_generate.py --teacher-path runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \
         --prepared data/multi30k.en-de.spm8000 --split train --beam 5 --repeats 2 \
-        [--backend ctranslate2 --compute-type float32 int8]
+        [--backend ctranslate2 --compute-type float32 int8] [--device cuda [--fp16]] [--limit N]
 
 Every decoder runs end to end as a separate process (start-up, model loading, decoding, writing: what a user
 waits for), one after the other in each of ``--repeats`` rounds, with the same checkpoint, beam, length
@@ -117,6 +117,9 @@ def main() -> None:
     p.add_argument("--max-len-b", type=int, default=200)
     p.add_argument("--max-tokens", type=int, default=12000,
                    help="both decoders' (default: fairseq-generate's own default, and ours)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where both decoders run (cuda: the first GPU CUDA_VISIBLE_DEVICES shows)")
+    p.add_argument("--fp16", action="store_true", help="both fairseq decoders in half precision (a GPU)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--workers", type=int, default=0, help="our decoding processes (0: one per core)")
     p.add_argument("--backend", choices=["fairseq", "ctranslate2"], default="fairseq",
@@ -138,14 +141,17 @@ def main() -> None:
     decoding = ["--beam", str(args.beam), "--lenpen", str(args.lenpen), "--max-len-a", "0",
                 "--max-len-b", str(args.max_len_b)]
     common = [*decoding, "--max-tokens", str(args.max_tokens)]
+    precision = ["--fp16"] if args.fp16 else []
+    on_cpu = args.device == "cpu"
     fairseq = [sys.executable, "-m", "fairseq_cli.generate", str(data), "--user-dir", "fairseq_plugins",
                "--task", "translation", "--gen-subset", split, "--path", args.teacher, "--nbest", "1",
-               "--source-lang", src, "--target-lang", tgt, *common]
+               "--source-lang", src, "--target-lang", tgt, *common, *precision, *(["--cpu"] if on_cpu else [])]
     ours = [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", args.teacher, "--data", str(data),
             "--split", split, "--spm-model", str(prepared.spm_model), "--teacher-data", str(prepared.bin.root),
             "--strategy", "beam", "--no-progress-bar"]
     runners = {"fairseq-generate": fairseq + ["--required-batch-size-multiple", "1"],
-               "nat_kd": ours + [*common, "--workers", str(args.workers)]}
+               "nat_kd": ours + [*common, *precision, "--workers", str(args.workers),
+                                 "--device", "cpu" if on_cpu else "cuda"]}
     if args.backend == "ctranslate2":
         cache = work / "ct2-cache"
         ct2 = ours + [*decoding, "--backend", "ctranslate2", "--ct2-cache", str(cache),

@@ -44,10 +44,17 @@ fi
 say "setting up $venv with torch ${system_torch:-2.13.0} ($mode; first run: about 5 minutes on 2 idle cores)"
 # A venv left by the other mode holds the other torch: start it again rather than mix the two.
 had="$(sed -n 's/^# nat-kd torch: //p' "$venv/pyvenv.cfg" 2>/dev/null | tail -n 1 || true)"
-if [[ -f "$venv/pyvenv.cfg" && "${had:-pinned}" != "$mode" ]]; then
-  "$python" -m venv --clear "$venv"
+clear=()
+[[ -f "$venv/pyvenv.cfg" && "${had:-pinned}" != "$mode" ]] && clear=(--clear)
+# A Python without ensurepip (Debian's without python3-venv, some images) makes a venv without pip: that
+# Python's own pip then installs into it.
+if "$python" -m venv "${clear[@]}" "$venv" 2>/dev/null; then
+  pip_of_venv=("$venv/bin/python" -m pip)
 else
-  "$python" -m venv "$venv"
+  "$python" -m venv "${clear[@]}" --without-pip "$venv" \
+    || fail "$python cannot make a venv; install its venv module (Debian: python3-venv)"
+  "$python" -m pip --version >/dev/null 2>&1 || fail "$python has neither ensurepip nor pip; install python3-venv"
+  pip_of_venv=("$python" -m pip --python "$venv/bin/python")
 fi
 echo "# nat-kd torch: $mode" >> "$venv/pyvenv.cfg"
 if [[ "$mode" == system ]]; then
@@ -58,7 +65,7 @@ if [[ "$mode" == system ]]; then
     > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_nat_kd_system_site.pth"
 fi
 
-pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+pip=("${pip_of_venv[@]}" install --quiet --disable-pip-version-check)
 # pinned: every version from scripts/constraints.txt; system: whatever the system has that satisfies setup.cfg
 constraints=()
 [[ "$mode" == pinned ]] && constraints=(-c "$root/scripts/constraints.txt")
@@ -72,7 +79,7 @@ constraints=()
 if ! "$venv/bin/python" -c "import fairseq" 2>/dev/null; then
   if [[ -z "$wheel" ]]; then
     say "building fairseq-fixed 0.12.3.1 (about 3 minutes on 2 cores; its wheel is kept in $venv/wheels)"
-    env -u CUDA_HOME MAX_JOBS="$(nproc)" "$venv/bin/python" -m pip wheel --quiet --disable-pip-version-check \
+    env -u CUDA_HOME MAX_JOBS="$(nproc)" "${pip_of_venv[@]}" wheel --quiet --disable-pip-version-check \
       --no-build-isolation --no-deps --no-binary fairseq-fixed -w "$venv/wheels" "fairseq-fixed==0.12.3.1"
     wheel="$(ls "$venv"/wheels/fairseq_fixed-0.12.3.1-*.whl | head -n 1)"
   fi

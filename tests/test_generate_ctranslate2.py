@@ -1,4 +1,5 @@
 """The ctranslate2 backend of nat_kd.generate_distilled on the micro teacher, against the fairseq backend."""
+import ctypes
 import json
 import re
 import sys
@@ -9,6 +10,7 @@ import torch
 from nat_kd.analysis.metrics.sentence import SentenceScores
 from nat_kd.distill import DistillConfig, distill
 from nat_kd.distill.backends import BackendSettings
+from nat_kd.distill.backends.ctranslate2 import CUBLAS_LIBRARY
 from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.errors import SettingsError
 from test_generate import (EMPTY_LINE, N_LINES, cli, config, corpus, kill_after_first_chunk_and_resume,  # noqa: F401
@@ -144,15 +146,25 @@ def test_check_against_fairseq_is_recorded(teacher, tiny_en_de, corpus, tmp_path
     assert "against the fairseq backend on 20 sentences: 20 identical hypotheses (100.00%)" in capsys.readouterr().out
 
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available() or ctranslate2.get_cuda_device_count() == 0,
-                                   reason="needs a CUDA GPU")
+def loads(library: str) -> bool:
+    try:
+        ctypes.CDLL(library)
+        return True
+    except OSError:
+        return False
+
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+# CTranslate2's wheels decode on a GPU only with CUDA 12's cuBLAS (test_cli_without_cuda_12_exits_2_with_one_line)
+requires_cublas_12 = pytest.mark.skipif(not loads(CUBLAS_LIBRARY), reason=f"CTranslate2 needs {CUBLAS_LIBRARY}")
 
 
 @requires_cuda
 @pytest.mark.parametrize("backend, options, at_least", [
     ("fairseq", {}, N_LINES - 2), ("fairseq", {"fp16": True}, N_LINES // 2),
-    ("ctranslate2", {"compute_type": "float32"}, N_LINES - 2), ("ctranslate2", {"compute_type": "float16"}, N_LINES // 2),
-    ("ctranslate2", {"compute_type": "bfloat16"}, N_LINES // 2)])
+    *(pytest.param("ctranslate2", {"compute_type": compute_type}, at_least, marks=requires_cublas_12)
+      for compute_type, at_least in (("float32", N_LINES - 2), ("float16", N_LINES // 2),
+                                     ("bfloat16", N_LINES // 2)))])
 def test_gpu_decodes_as_the_cpu_does(teacher, tiny_en_de, corpus, tmp_path, backend, options, at_least):  # noqa: F811
     """Greedy on the GPU against the CPU: float32 the same up to rounding, half precision mostly the same."""
     kw = dict(strategy="greedy", backend=backend, ct2_cache=str(tmp_path / "c"))

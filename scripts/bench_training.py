@@ -1,0 +1,232 @@
+"""Training speed of every NAT student family and of fairseq's transformer, on any device, in steady state.
+
+    python scripts/bench_training.py --data data/multi30k.en-de.spm8000/bin --out docs/results/gpu/training \
+        [--models nat glat ctc glat_ctc dat transformer] [--shapes 2x128:4096 6x512:16384 6x512:65536] \
+        [--precisions fp32 fp16 amp] [--warmup 30 --updates 100 --repeats 2] [--deadline SECONDS]
+
+Each configuration (model, shape and batch, precision) trains in a process of its own with fairseq's own Trainer
+and the study's own fairseq-train arguments (nat_kd.study.fairseq_jobs.train_args), so the model, loss, batches
+and optimiser are those a user trains. It runs ``--warmup`` updates, then times ``--updates`` more, waiting
+for the device before reading each clock. The configurations run in a shuffled order (``--seed``), every one
+``--repeats`` times, each round shuffled anew; with ``--deadline`` the rounds stop at the first configuration
+that would start past it, and what finished is kept. Prints, and writes to OUT/results.json and OUT/table.md:
+updates/s, target tokens/s, the updates that fp16's loss scaler skipped, and peak device memory.
+
+Precisions: fp32; ``--fp16`` (fairseq's FP16Optimizer: fp16 weights, fp32 master copy, dynamic loss scale);
+``--amp`` (torch autocast with fp32 weights). fairseq's ``--bf16`` implies ``--tpu`` (fairseq/options.py), so
+it does not run on a GPU and is not offered. fp16 and amp need a GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+MODELS = ("nat", "glat", "ctc", "glat_ctc", "dat", "transformer")  # transformer: the AT anchor
+NAMES = {"nat": "vanilla NAT", "glat": "GLAT", "ctc": "CTC", "glat_ctc": "CTC with glancing",
+         "dat": "DA-Transformer", "transformer": "fairseq's transformer"}
+PRECISION_FLAGS = {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}
+HEADS = {128: 4, 256: 4, 512: 8, 1024: 16}
+
+
+def shape_of(spec: str):
+    """'6x512:16384' -> (ModelShape 6 layers of 512, FFN 4x, its heads; max tokens 16384)."""
+    from nat_kd.study.config import ModelShape
+
+    try:
+        dims, max_tokens = spec.split(":")
+        layers, width = (int(x) for x in dims.split("x"))
+        return ModelShape(embed_dim=width, ffn_dim=4 * width, layers=layers, heads=HEADS.get(width, 8)), int(max_tokens)
+    except ValueError:
+        raise SystemExit(f"--shapes {spec}: write LAYERSxWIDTH:MAX_TOKENS, e.g. 6x512:16384") from None
+
+
+def train_arguments(model: str, spec: str, precision: str, data: str, save_dir: str) -> list[str]:
+    """fairseq-train's arguments for one configuration, as the study builds them."""
+    from nat_kd.study.config import Training
+    from nat_kd.study.fairseq_jobs import train_args
+    from nat_kd.study.plan import student_arch
+
+    shape, max_tokens = shape_of(spec)
+    family = None if model == "transformer" else model
+    training = Training(updates=10**9, max_tokens=max_tokens, warmup=200, validate_every=10**9,
+                        glance_anneal_updates=1333)
+    argv = train_args(Path(data), Path(save_dir), arch="kd_transformer_tiny" if family is None else student_arch(family),
+                      shape=shape, training=training, nat_family=family)
+    return [str(a) for a in argv] + PRECISION_FLAGS[precision]
+
+
+def measure(model: str, spec: str, precision: str, data: str, warmup: int, updates: int) -> dict:
+    """One configuration in this process: warm-up updates, then timed ones (run by the parent in a child)."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)  # before fairseq: it would otherwise log every update
+    import torch
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    with tempfile.TemporaryDirectory() as save_dir:
+        parser = options.get_training_parser()
+        cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(
+            parser, train_arguments(model, spec, precision, data, save_dir)))
+        task = tasks.setup_task(cfg.task)
+        task.load_dataset("train")
+        trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+        cuda = trainer.cuda
+        epoch = 1
+
+        def batches():
+            nonlocal epoch
+            while True:  # epochs one after the other: a big batch on a small corpus is few batches an epoch
+                yield from trainer.get_train_iterator(epoch=epoch).next_epoch_itr(shuffle=True)
+                epoch += 1
+
+        stream = batches()
+
+        def sync():
+            if cuda:
+                torch.cuda.synchronize()
+
+        for _ in range(warmup):
+            trainer.train_step([next(stream)])
+        sync()
+        before = trainer.get_num_updates()
+        tokens, start = 0, time.perf_counter()
+        for _ in range(updates):
+            sample = next(stream)
+            tokens += int(sample["ntokens"])
+            trainer.train_step([sample])
+        sync()
+        seconds = time.perf_counter() - start
+        applied = trainer.get_num_updates() - before
+    return {"model": model, "shape": spec, "precision": precision, "device": device_name(),
+            "parameters": sum(p.numel() for p in trainer.model.parameters()),
+            "warmup": warmup, "updates": updates, "skipped_updates": updates - applied,
+            "seconds": round(seconds, 4), "updates_per_second": round(updates / seconds, 3),
+            "target_tokens_per_second": round(tokens / seconds, 1),
+            "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None}
+
+
+def device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def run_child(config: tuple[str, str, str], args) -> dict:
+    """One configuration in a process of its own; an error (out of memory, say) is recorded, not raised."""
+    model, spec, precision = config
+    cmd = [sys.executable, __file__, "--one", model, spec, precision, "--data", args.data,
+           "--warmup", str(args.warmup), "--updates", str(args.updates)]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    wall = round(time.perf_counter() - started, 1)
+    if proc.returncode == 0:
+        return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_seconds": wall}
+    error = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1]
+    return {"model": model, "shape": spec, "precision": precision, "error": error[:300], "process_seconds": wall}
+
+
+def table(results: list[dict]) -> str:
+    """Markdown: one row a configuration, the median over its repeats, with the transformer's ratio."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["shape"], r["precision"], r["model"]), []).append(r)
+    anchor = {}
+    for (spec, precision, model), runs in groups.items():
+        ok = [r for r in runs if "error" not in r]
+        if model == "transformer" and ok:
+            anchor[spec, precision] = statistics.median(r["target_tokens_per_second"] for r in ok)
+    rows = ["| shape: max tokens | precision | model | updates/s | target tokens/s | vs transformer | "
+            "skipped | peak GiB | runs |", "|---|---|---|---|---|---|---|---|---|"]
+    order = {m: i for i, m in enumerate(MODELS)}
+    for (spec, precision, model) in sorted(groups, key=lambda k: (k[0], list(PRECISION_FLAGS).index(k[1]), order[k[2]])):
+        runs = groups[spec, precision, model]
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
+            rows.append(f"| {spec} | {precision} | {NAMES[model]} | failed: {runs[0]['error'][:80]} | | | | | {len(runs)} |")
+            continue
+        ups = statistics.median(r["updates_per_second"] for r in ok)
+        tps = statistics.median(r["target_tokens_per_second"] for r in ok)
+        ratio = f"{tps / anchor[spec, precision]:.2f}" if (spec, precision) in anchor else ""
+        peak = max((r["peak_memory_gib"] or 0) for r in ok) if ok[0]["peak_memory_gib"] is not None else None
+        rows.append(f"| {spec} | {precision} | {NAMES[model]} | {ups:.2f} | {tps:,.0f} | {ratio} | "
+                    f"{max(r['skipped_updates'] for r in ok)} | {'' if peak is None else f'{peak:.2f}'} | "
+                    f"{len(ok)} of {len(runs)} |")
+    return "\n".join(rows) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="a binarized folder (a prepared corpus's bin/)")
+    p.add_argument("--out", help="folder for results.json and table.md")
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--shapes", nargs="+", default=["2x128:4096", "6x512:16384", "6x512:65536"],
+                   help="LAYERSxWIDTH:MAX_TOKENS, each one a model shape and its batch")
+    p.add_argument("--precisions", nargs="+", default=list(PRECISION_FLAGS), choices=list(PRECISION_FLAGS))
+    p.add_argument("--warmup", type=int, default=30, help="updates before the clock starts")
+    p.add_argument("--updates", type=int, default=100, help="timed updates")
+    p.add_argument("--repeats", type=int, default=2, help="rounds, each over every configuration, shuffled")
+    p.add_argument("--seed", type=int, default=1, help="of the shuffles")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="seconds from the start after which no configuration starts")
+    p.add_argument("--one", nargs=3, metavar=("MODEL", "SHAPE", "PRECISION"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(measure(*args.one, args.data, args.warmup, args.updates)))
+        return
+    for spec in args.shapes:
+        shape_of(spec)
+    configs = [(m, s, pr) for s in args.shapes for pr in args.precisions for m in args.models]
+    rng, started, results = random.Random(args.seed), time.perf_counter(), []
+    out = Path(args.out) if args.out else None
+    stopped = False
+    for round_ in range(args.repeats):
+        order = configs[:]
+        rng.shuffle(order)
+        for config in order:
+            if args.deadline is not None and time.perf_counter() - started > args.deadline:
+                stopped = True
+                break
+            result = {**run_child(config, args), "round": round_}
+            results.append(result)
+            print(json.dumps(result), flush=True)
+            if out:  # after every configuration: a run cut short keeps what it measured
+                write(out, results, args, stopped=False)
+        if stopped:
+            print(f"deadline of {args.deadline:.0f} s reached: {len(results)} of {len(configs) * args.repeats} runs "
+                  "done", flush=True)
+            break
+    print(table(results), end="")
+    if out:
+        write(out, results, args, stopped)
+
+
+def write(out: Path, results: list[dict], args, stopped: bool) -> None:
+    from nat_kd import atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    meta = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "device": device_name(),
+            "torch": torch.__version__, "cuda": torch.version.cuda, "cpu_cores": os.cpu_count(),
+            "warmup": args.warmup, "updates": args.updates, "repeats": args.repeats, "seed": args.seed,
+            "stopped_at_deadline": stopped}
+    atomic.write_json(out / "results.json", {"meta": meta, "runs": results})
+    atomic.write_text(out / "table.md", table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""scripts/bench_training.py: its table's arithmetic, and a CPU smoke run that keeps it runnable."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_training  # noqa: E402
+
+
+def run(model, shape, precision, tokens_per_second, updates_per_second=1.0, skipped=0, peak=None, error=None):
+    if error:
+        return {"model": model, "shape": shape, "precision": precision, "error": error}
+    return {"model": model, "shape": shape, "precision": precision, "updates_per_second": updates_per_second,
+            "target_tokens_per_second": tokens_per_second, "skipped_updates": skipped, "peak_memory_gib": peak}
+
+
+def test_table_takes_the_median_of_the_repeats_and_the_transformers_ratio_in_the_same_shape_and_precision():
+    results = [run("transformer", "6x512:16384", "fp16", 40000.0, peak=1.0),
+               run("transformer", "6x512:16384", "fp16", 44000.0, peak=1.5),
+               run("dat", "6x512:16384", "fp16", 10000.0, skipped=1, peak=2.0),
+               run("dat", "6x512:16384", "fp16", 14000.0, skipped=3, peak=2.5),
+               run("dat", "6x512:16384", "fp16", 30000.0, skipped=0, peak=2.25),
+               run("dat", "6x512:16384", "fp32", 9000.0, peak=3.0),  # no transformer in fp32: no ratio
+               run("nat", "6x512:16384", "fp16", 0, error="torch.OutOfMemoryError: CUDA out of memory")]
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:4]): [c.strip() for c in line.split("|")[4:-1]]
+            for line in bench_training.table(results).splitlines()[2:]}
+    # transformer: median of 40k and 44k = 42k; DA-T: median of 10k, 14k, 30k = 14k; 14/42 = 0.33
+    assert rows["6x512:16384", "fp16", "fairseq's transformer"][:3] == ["1.00", "42,000", "1.00"]
+    assert rows["6x512:16384", "fp16", "DA-Transformer"] == ["1.00", "14,000", "0.33", "3", "2.50", "3 of 3"]
+    assert rows["6x512:16384", "fp32", "DA-Transformer"][2] == ""
+    assert rows["6x512:16384", "fp16", "vanilla NAT"][0].startswith("failed: torch.OutOfMemoryError")
+    # rows follow the shape, then the precision, then the models' order
+    order = [key for key in rows]
+    assert order.index(("6x512:16384", "fp32", "DA-Transformer")) < order.index(("6x512:16384", "fp16", "vanilla NAT"))
+    assert order.index(("6x512:16384", "fp16", "vanilla NAT")) < order.index(("6x512:16384", "fp16", "DA-Transformer"))
+
+
+def test_shapes_are_parsed_and_a_wrong_one_is_refused_with_the_form_to_write():
+    shape, max_tokens = bench_training.shape_of("6x512:16384")
+    assert (shape.layers, shape.embed_dim, shape.ffn_dim, shape.heads, max_tokens) == (6, 512, 2048, 8, 16384)
+    with pytest.raises(SystemExit, match="LAYERSxWIDTH:MAX_TOKENS"):
+        bench_training.shape_of("6x512")
+
+
+def test_smoke_run_on_cpu_trains_each_kind_of_model_and_writes_its_results(tiny_en_de, tmp_path):
+    """A micro model of three kinds (one-pass NAT, the DAG loss, the AT anchor), a few updates each, on the CPU."""
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_training.py"), "--data", str(tiny_en_de / "bin"),
+         "--out", str(out), "--models", "nat", "dat", "transformer", "--shapes", "1x32:512",
+         "--precisions", "fp32", "--warmup", "1", "--updates", "2", "--repeats", "1"],
+        cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    saved = json.loads((out / "results.json").read_text())
+    runs = saved["runs"]
+    assert sorted(r["model"] for r in runs) == ["dat", "nat", "transformer"]
+    for r in runs:
+        assert "error" not in r, r
+        assert r["device"] == "cpu" and r["updates"] == 2 and r["skipped_updates"] == 0
+        assert r["updates_per_second"] == pytest.approx(2 / r["seconds"], rel=1e-2)
+        assert r["target_tokens_per_second"] > r["updates_per_second"]  # every batch holds many target tokens
+    assert saved["meta"]["device"] == "cpu" and saved["meta"]["stopped_at_deadline"] is False
+    assert (out / "table.md").read_text() == bench_training.table(runs)
