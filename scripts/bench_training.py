@@ -132,10 +132,13 @@ def run_child(config: tuple[str, str, str], args) -> dict:
     started = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     wall = round(time.perf_counter() - started, 1)
-    if proc.returncode == 0:
-        return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_seconds": wall}
+    measured = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if measured:  # a process that failed after printing its figures still measured them
+        extra = {} if proc.returncode == 0 else {"exit": proc.returncode, "stderr_tail": proc.stderr[-300:]}
+        return {**json.loads(measured[-1]), "process_seconds": wall, **extra}
     error = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1]
-    return {"model": model, "shape": spec, "precision": precision, "error": error[:300], "process_seconds": wall}
+    return {"model": model, "shape": spec, "precision": precision, "error": error[:300], "exit": proc.returncode,
+            "stderr_tail": proc.stderr[-2000:], "process_seconds": wall}
 
 
 def table(results: list[dict]) -> str:
@@ -185,8 +188,10 @@ def main() -> None:
     p.add_argument("--one", nargs=3, metavar=("MODEL", "SHAPE", "PRECISION"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        print(json.dumps(measure(*args.one, args.data, args.warmup, args.updates)))
-        return
+        print(json.dumps(measure(*args.one, args.data, args.warmup, args.updates)), flush=True)
+        # measured and printed: no interpreter teardown, which on a GPU ended every NAT student's process with
+        # "terminate called without an active exception" (docs/results/gpu/README.md)
+        os._exit(0)
     for spec in args.shapes:
         shape_of(spec)
     configs = [(m, s, pr) for s in args.shapes for pr in args.precisions for m in args.models]

@@ -67,3 +67,17 @@ def test_smoke_run_on_cpu_trains_each_kind_of_model_and_writes_its_results(tiny_
         assert r["target_tokens_per_second"] > r["updates_per_second"]  # every batch holds many target tokens
     assert saved["meta"]["device"] == "cpu" and saved["meta"]["stopped_at_deadline"] is False
     assert (out / "table.md").read_text() == bench_training.table(runs)
+
+
+def test_a_child_that_crashes_after_printing_its_figures_keeps_them_and_one_that_printed_none_is_an_error(monkeypatch):
+    figures = run("nat", "6x512:16384", "fp16", 30000.0)
+    answers = iter([
+        subprocess.CompletedProcess([], -6, stdout="loading\n" + json.dumps(figures) + "\n",
+                                    stderr="terminate called without an active exception\n"),
+        subprocess.CompletedProcess([], 1, stdout="loading\n", stderr="Traceback ...\ntorch.OutOfMemoryError: CUDA\n")])
+    monkeypatch.setattr(bench_training.subprocess, "run", lambda *a, **k: next(answers))
+    args = type("Args", (), {"data": "bin", "warmup": 30, "updates": 100})
+    kept = bench_training.run_child(("nat", "6x512:16384", "fp16"), args)
+    assert kept["target_tokens_per_second"] == 30000.0 and kept["exit"] == -6 and "error" not in kept
+    failed = bench_training.run_child(("nat", "6x512:16384", "fp16"), args)
+    assert failed["error"] == "torch.OutOfMemoryError: CUDA" and failed["exit"] == 1
