@@ -74,13 +74,14 @@ constraints=()
 
 # fairseq's PyPI sdist does not build on Python 3.11; fairseq-fixed is the same code with the fixes. Built here
 # against the torch above (no build isolation) and without its deps (no torchaudio, no second torch); from
-# source (--no-binary), since the wheels on the index were compiled against another torch and numpy.
+# source (--no-binary), since the wheels on the index were compiled against another torch and numpy, and not
+# from pip's cache (--no-cache-dir), which keys a built wheel by fairseq's version alone, not torch's.
 # CUDA_HOME unset: only the CPU extensions (the CUDA ones serve models this project does not use).
 if ! "$venv/bin/python" -c "import fairseq" 2>/dev/null; then
   if [[ -z "$wheel" ]]; then
     say "building fairseq-fixed 0.12.3.1 (about 3 minutes on 2 cores; its wheel is kept in $venv/wheels)"
     env -u CUDA_HOME MAX_JOBS="$(nproc)" "${pip_of_venv[@]}" wheel --quiet --disable-pip-version-check \
-      --no-build-isolation --no-deps --no-binary fairseq-fixed -w "$venv/wheels" "fairseq-fixed==0.12.3.1"
+      --no-build-isolation --no-deps --no-cache-dir --no-binary fairseq-fixed -w "$venv/wheels" "fairseq-fixed==0.12.3.1"
     wheel="$(ls "$venv"/wheels/fairseq_fixed-0.12.3.1-*.whl | head -n 1)"
   fi
   "${pip[@]}" --no-deps "$wheel"
