@@ -1,8 +1,9 @@
 """Where the raw corpus lives, and reading it safely.
 
 The default corpus is Multi30k task 1 (raw, gzipped, line-aligned across en/de/fr/cs), found at
-``$NAT_KD_DATA`` if set, else ``../shared/data/multi30k`` next to the project checkout.
-Public source for users elsewhere: https://github.com/multi30k/dataset, folder ``data/task1/raw/``.
+``$NAT_KD_DATA`` if set, else ``../shared/data/multi30k`` next to the project checkout, else in ``data/multi30k/``,
+where ``nat_kd.prepare`` downloads it from https://github.com/multi30k/dataset (folder ``data/task1/raw/``) when
+there is no local copy (``nat_kd.multi30k``).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .errors import NatKdError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data" / "multi30k"
+DOWNLOAD_DIR = PROJECT_ROOT / "data" / "multi30k"  # where nat_kd.prepare caches a downloaded Multi30k
 LANGUAGES = ("en", "de", "fr", "cs")
 
 
@@ -25,8 +27,11 @@ class CorpusError(NatKdError):
 
 
 def data_dir(override: str | os.PathLike | None = None) -> Path:
-    """The raw corpus directory: an explicit override, else $NAT_KD_DATA, else the shared default."""
+    """The raw corpus directory: an explicit override, else $NAT_KD_DATA, else the shared default, else the
+    Multi30k that nat_kd.prepare downloaded into data/multi30k/ when there was none of these."""
     path = Path(override or os.environ.get("NAT_KD_DATA") or DEFAULT_DATA_DIR)
+    if not (override or os.environ.get("NAT_KD_DATA") or path.is_dir()) and DOWNLOAD_DIR.is_dir():
+        path = DOWNLOAD_DIR
     if not path.is_dir():
         raise CorpusError(
             f"corpus directory {path} does not exist. Pass --data-dir or set NAT_KD_DATA to a folder "

@@ -5,6 +5,9 @@
         --testpref corpus/test [--spm-model M | --bpe-codes CODES [--tokenizer moses] | --pretokenized] \
         [--separate-dictionaries] --out-dir data/my-corpus
 
+Multi30k is read from --data-dir, $NAT_KD_DATA or ../shared/data/multi30k; where none is given or there, the files
+the pair needs are downloaded once from its public repository into data/multi30k/, each checked against its sha256.
+
 Any parallel corpus is given as fairseq-preprocess takes it: file prefixes, PREFIX.SRC and PREFIX.TGT (or
 .gz), any language codes. Its tokens: a joint sentencepiece model trained here (the default), an existing
 sentencepiece model, subword-nmt BPE codes (fairseq's encoders, optionally over Moses tokens), or text that
@@ -31,9 +34,9 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from . import atomic, cli
+from . import atomic, cli, multi30k
 from .artifacts import PreparedCorpus
-from .corpus import LANGUAGES, PROJECT_ROOT, CorpusError, data_dir, iter_parallel, read_parallel, split_file
+from .corpus import LANGUAGES, PROJECT_ROOT, CorpusError, iter_parallel, read_parallel, split_file
 from .errors import SettingsError
 from .hashing import sha256_file, sha256_json
 from .tokenization import Tokenization, TokenizationSettings
@@ -251,7 +254,7 @@ def own_tokenization(prepared: PreparedCorpus, cfg: PrepareConfig) -> Tokenizati
 
 def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int = 2, force: bool = False) -> Path:
     """Build (or reuse) the prepared corpus for ``cfg``; returns its directory."""
-    raw_dir = None if cfg.trainpref else data_dir(raw_dir)
+    raw_dir = None if cfg.trainpref else multi30k.raw_dir(raw_dir, (cfg.src, *cfg.target_languages))
     out_dir = (Path(out_dir) if out_dir else cfg.default_out_dir()).resolve()
     check_out_dir(out_dir, raw_dir, cfg)
     key, inputs = fingerprint(raw_dir, cfg)
@@ -303,7 +306,10 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab-size", type=int, default=8000, help="joint sentencepiece vocabulary size")
     parser.add_argument("--spm-model-type", default="unigram", choices=["unigram", "bpe"])
     parser.add_argument("--train-limit", type=int, default=None, help="use only the first N training pairs")
-    parser.add_argument("--data-dir", default=None, help="raw corpus folder (default: $NAT_KD_DATA or ../shared/data/multi30k)")
+    parser.add_argument("--data-dir", default=None, help="Multi30k's raw folder (default: $NAT_KD_DATA, else "
+                        "../shared/data/multi30k, else data/multi30k/, where the files the pair needs are downloaded "
+                        f"when missing from https://github.com/multi30k/dataset, or ${multi30k.URL_ENV}, a mirror; "
+                        "sha256 checked)")
     own = parser.add_argument_group("your own corpus (instead of Multi30k)")
     own.add_argument("--trainpref", help="training files PREFIX.SRC and PREFIX.TGT (or .gz)")
     own.add_argument("--validpref", help="validation files prefix")
