@@ -51,3 +51,46 @@ def test_a_broken_link_is_found(tmp_path):
 def test_readme_is_short():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail to docs/"
+
+
+# The pages speak of the project, its commands and its measurements, not of how they were made.
+WORKSHOP_WORDS = re.compile(r"\b(sessions?|lead engineers?|the lead's|helpers?|throwaway)\b", re.I)
+HEX = re.compile(r"(?<![0-9A-Za-z_./-])[0-9a-f]{7,40}(?![0-9A-Za-z_])")
+DATA_DIGEST = re.compile(r"digest|sha-?256|fingerprint|checksum", re.I)
+URL = re.compile(r"https?://[^\s)>]+")
+DIGEST_REACH = 80
+
+
+def workshop_words(text: str) -> list[tuple[int, str]]:
+    """What in ``text`` speaks of how the pages were made, each with its line number: the words session(s),
+    lead engineer, the lead's, helper(s) and throwaway, and commit hashes.
+
+    The rule: fenced code blocks (program output, pasted logs), code spans (`submitit.helpers...`) and URLs
+    (a link may pin an upstream commit) are left out. A commit hash is a run of 7 to 40 lowercase hex
+    characters with both a digit and a letter, standing alone (not inside a word, a path or a number). A data
+    digest is not one: a hex run with "digest", "sha256", "fingerprint" or "checksum" in the 80 characters
+    before it is exempt, so write a digest as "its digest (sha256) 5ad79a4653b6"."""
+    blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))  # same length, same lines
+    prose = URL.sub(blank, CODE_SPAN.sub(blank, FENCE.sub(blank, text)))
+    found = [(m.start(), m.group(0)) for m in WORKSHOP_WORDS.finditer(prose)]
+    found += [(m.start(), m.group(0)) for m in HEX.finditer(prose)
+              if re.search(r"\d", m.group(0)) and re.search(r"[a-f]", m.group(0))
+              and not DATA_DIGEST.search(prose[max(0, m.start() - DIGEST_REACH):m.start()])]
+    return [(prose.count("\n", 0, start) + 1, word) for start, word in sorted(found)]
+
+
+def test_pages_speak_of_the_project_not_of_how_it_was_made():
+    hits = [f"{document.relative_to(ROOT)}:{line}: {word}" for document in documents()
+            for line, word in workshop_words(document.read_text(encoding="utf-8"))]
+    assert not hits, "words about how the pages were made (say what a user can use instead):\n" + "\n".join(hits)
+
+
+def test_workshop_words_are_found():
+    page = ("In this session the lead engineer ran it; the sessions before, the lead's figure,\n"
+            "a helper's review and a throwaway script, at commit b10b674 (and 41aa099f).\n"
+            "Kept: its digest (sha256) 5ad79a4653b6, the same fingerprint\n(29d6ee07df9b), 1234567 lines, the "
+            "word 'defaced', `submitit.helpers.Checkpointable`, a path runs/x/f7d5cb3d,\n"
+            "[a pin](https://github.com/o/r/tree/cab1e9a).\n```\nsession 78f0845 in a log\n```\nhelpers, at last\n")
+    assert workshop_words(page) == [(1, "session"), (1, "lead engineer"), (1, "sessions"), (1, "the lead's"),
+                                    (2, "helper"), (2, "throwaway"), (2, "b10b674"), (2, "41aa099f"),
+                                    (9, "helpers")]
