@@ -96,25 +96,6 @@ def check_label_smoothing(given: float | None, arch: str, family: str) -> None:
                             "out (or give 0)")
 
 
-def student_family(arch: str) -> str:
-    """The NAT family of a kd_* student architecture; an AT or unknown one is a SettingsError."""
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    from fairseq_plugins.models.nat import STUDENT_ARCHS
-
-    if arch in STUDENT_ARCHS:
-        return STUDENT_ARCHS[arch][0]
-    students = sorted(a for a in STUDENT_ARCHS if a.endswith("_tiny"))
-    if arch in ARCH_MODEL_REGISTRY:
-        from fairseq.models.nat import FairseqNATModel
-
-        what = ("a fairseq NAT model, not one of nat-kd's students" if issubclass(ARCH_MODEL_REGISTRY[arch],
-                FairseqNATModel) else "an autoregressive model, not a NAT student")
-        raise SettingsError(f"--arch {arch} is {what}: choose trains nat-kd's NAT students; give a kd_FAMILY_SIZE "
-                            f"architecture, e.g. {', '.join(students)}")
-    raise SettingsError(f"--arch {arch}: no such architecture; give a kd_FAMILY_SIZE one, e.g. {', '.join(students)}")
-
-
 def valid_split(data: BinarizedData, src: str, tgt: str) -> list[Path]:
     """The .bin/.idx files of the split every pilot is measured on."""
     return [f for f in data.split_files(src, tgt) if BinarizedData.split_of(f) == VALID]
@@ -323,6 +304,7 @@ def main(argv=None) -> int:
 
 def _choose(args) -> int:
     from nat_kd.study.cluster import JobLauncher, check_resources, dry_run, submit_detached
+    from nat_kd.study.plan import student_family
     from nat_kd.study.steps import Runner
 
     check_launcher_arguments(args)
@@ -362,7 +344,10 @@ def _choose(args) -> int:
                                "run: it waits for what is left and writes the ranking")
     with sigterm_as_interrupt() if launcher else nullcontext():
         records = runner.run(steps)
-    rank = ranking(records, list(candidates), family, args.updates)
+    # what next_steps --from-ranking reads: the student piloted (at its own sizes) and where each set is
+    rank = {**ranking(records, list(candidates), family, args.updates), "arch": args.arch, "shape": None,
+            "corpus": str(corpus.root.resolve()),
+            "sets": {name: str(candidate.root.resolve()) for name, candidate in candidates.items()}}
     text = render(rank, args.arch)
     atomic.write_json(out / "ranking.json", rank)
     atomic.write_text(out / "ranking.md", text)

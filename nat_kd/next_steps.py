@@ -1,17 +1,24 @@
-"""What to do with a distilled set: the fairseq-train command for a vanilla NAT student on it, and its twin on
-the real data, ready to paste (the main job, scripts/main.sh, ends with them).
+"""What to do with a distilled set: the fairseq-train command of a NAT student on it and of its twin on the real
+data, each with the fairseq-generate command that tests it, ready to paste (the main job, scripts/main.sh,
+ends with them).
 
     python -m nat_kd.next_steps --prepared data/multi30k.en-de.spm8000 \\
-        --distilled runs/multi30k.en-de/distill/beam5 --out runs/multi30k.en-de/students
+        --distilled runs/multi30k.en-de/distill/beam5 --out runs/multi30k.en-de/students \\
+        [--arch kd_glat_tiny] [--shape 2x128] [--updates 2000]
+    python -m nat_kd.next_steps --from-ranking runs/choose/ranking.json --out runs/students
 
-The student is the kd-effect profile's vanilla NAT (docs/results/kd_effect/), built by the study's own
-fairseq_jobs.train_args so that the two cannot drift apart. One difference: the study measures validation
+The default student is the studies' vanilla NAT (docs/results/kd_effect/): 2x128, 2,000 updates; any
+kd_FAMILY_SIZE student takes the same recipe (the `students` profile's) with its family's flags
+(docs/students.md), glancing annealed over the first two thirds of the updates. ``--from-ranking``
+takes nat_kd.choose's best set, its corpus, and the student and shape it piloted. The commands come from the
+study's own fairseq_jobs, so that the two cannot drift apart. One difference: the study measures validation
 BLEU every 250 updates and tests the best of those checkpoints, where a plain fairseq-train keeps the one with
 the best validation loss (checkpoint_best.pt).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -20,43 +27,84 @@ from nat_kd import cli
 from nat_kd.artifacts import BinarizedData, DistilledSet, PreparedCorpus
 from nat_kd.errors import SettingsError
 
-PROFILE = "kd-effect"
-FAMILY = "nat"
+PROFILE = "students"  # kd-effect's student recipe, and the glancing schedule of the families that glance
+DEFAULT_ARCH = "kd_nat_tiny"
+DEFAULT_SHAPE = "2x128"  # the studies' students; ARCH_SHAPE keeps the architecture's own sizes
+ARCH_SHAPE = "arch"
+REAL = "real"  # nat_kd.choose's name for the real data
 
 
-def student_command(bin_dir: BinarizedData, save_dir: Path) -> str:
-    """fairseq-train of the PROFILE's FAMILY student on ``bin_dir``, its checkpoints in ``save_dir``; absolute
-    paths, so that it runs from any folder once the project's .venv is active."""
+def student_commands(bin_dir: BinarizedData, tokenization, languages: tuple[str, str], save_dir: Path, *,
+                     arch: str, shape, updates: int | None) -> list[str]:
+    """fairseq-train of ``arch`` (``shape`` None: its own sizes) on ``bin_dir``, its checkpoints in ``save_dir``,
+    then fairseq-generate of its best checkpoint on the test split; absolute paths, so that they run from any
+    folder once the project's .venv is active."""
     # imported here, not at the top: they import fairseq, which logs at import unless cli.setup_logging ran first
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
     from nat_kd.study import config
-    from nat_kd.study.fairseq_jobs import train_args
-    from nat_kd.study.plan import student_arch
+    from nat_kd.study.fairseq_jobs import ROOT, train_args
+    from nat_kd.study.plan import student_family
 
     if not bin_dir.root.is_dir():
         raise SettingsError(f"{bin_dir.root}: no such folder; is its parent nat_kd.prepare or "
                             "nat_kd.generate_distilled output?")
-    cfg = config.load(PROFILE)
+    family = student_family(arch)
     # one plain run, no learning curve: fairseq saves at every epoch's end and keeps the best validation loss
-    training = replace(cfg.student_training, bleu_every=0)
-    args = train_args(bin_dir.root.resolve(), save_dir.resolve(), arch=student_arch(FAMILY), shape=cfg.student_shape,
-                      training=training, nat_family=FAMILY)
-    return shlex.join(["fairseq-train", *map(str, args)])
+    training = replace(config.load(PROFILE).student_training, bleu_every=0)
+    if updates:
+        # glancing anneals over the same share of the run as in the profile (1,333 of 2,000 updates)
+        share = training.glance_anneal_updates / training.updates
+        training = replace(training, updates=updates, glance_anneal_updates=max(1, round(share * updates)))
+    train = train_args(bin_dir.root.resolve(), save_dir.resolve(), arch=arch, shape=shape, training=training,
+                       nat_family=family)
+    student = STUDENT_FAMILIES[family]
+    generate = [bin_dir.root.resolve(), "--user-dir", ROOT / "fairseq_plugins", "--task", student.task,
+                *student.decode_flags, "--beam", 1, "--path", save_dir.resolve() / "checkpoint_best.pt",
+                "--gen-subset", "test", "--max-tokens", 8192, "--required-batch-size-multiple", 1,
+                *tokenization.fairseq_flags(*languages), "--scoring", "sacrebleu"]
+    return [shlex.join(["fairseq-train", *map(str, train)]), shlex.join(["fairseq-generate", *map(str, generate)])]
 
 
-def student_commands(prepared: Path, distilled: Path, out: Path) -> list[str]:
-    """The student on the distilled set (save dir OUT/nat.SETNAME), then its twin on the real data (OUT/nat.real)."""
-    distilled_set = DistilledSet(distilled)
-    return [student_command(distilled_set.bin, out / f"{FAMILY}.{distilled_set.root.name}"),
-            student_command(PreparedCorpus(prepared).bin, out / f"{FAMILY}.real")]
+def parse_shape(label: str):
+    from nat_kd.study.config import ModelShape
+
+    if label == ARCH_SHAPE:
+        return None
+    try:
+        return ModelShape.parse(label)
+    except ValueError as err:
+        raise SettingsError(f"--shape {err}; or '{ARCH_SHAPE}' for the architecture's own sizes") from None
+
+
+def from_ranking(path: Path) -> dict:
+    """nat_kd.choose's ranking.json: its corpus, the best set's folder, and the student and shape it piloted."""
+    try:
+        rank = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise SettingsError(f"--from-ranking {path}: {err}; give nat_kd.choose's OUT/ranking.json") from None
+    missing = [key for key in ("corpus", "arch", "sets", "rows") if key not in rank]
+    if missing:
+        raise SettingsError(f"--from-ranking {path}: no {', '.join(missing)}; a ranking written by an older "
+                            "nat_kd.choose: run the same choose command again (its pilots are kept) to rewrite it")
+    best = rank["rows"][0]["set"]
+    return {"prepared": Path(rank["corpus"]), "distilled": None if best == REAL else Path(rank["sets"][best]),
+            "arch": rank["arch"], "shape": rank.get("shape") or ARCH_SHAPE, "best": best}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m nat_kd.next_steps", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--prepared", required=True, type=Path, help="nat_kd.prepare output: the real data")
-    p.add_argument("--distilled", required=True, type=Path,
-                   help="a distilled set (nat_kd.generate_distilled or nat_kd.mix output)")
+    p.add_argument("--prepared", type=Path, help="nat_kd.prepare output: the real data")
+    p.add_argument("--distilled", type=Path, help="a distilled set (nat_kd.generate_distilled or nat_kd.mix output)")
+    p.add_argument("--from-ranking", type=Path, metavar="RANKING_JSON",
+                   help="nat_kd.choose's OUT/ranking.json: its corpus, best set, student and shape (instead of "
+                        "--prepared, --distilled, --arch and --shape)")
     p.add_argument("--out", required=True, type=Path, help="the folder for the students' checkpoints")
+    p.add_argument("--arch", help=f"the student, any kd_FAMILY_SIZE architecture (default {DEFAULT_ARCH})")
+    p.add_argument("--shape", help=f"LAYERSxWIDTH over the architecture's sizes (default {DEFAULT_SHAPE}, the "
+                                   f"studies' students), or '{ARCH_SHAPE}' for its own")
+    p.add_argument("--updates", type=int, help="updates to train (default 2000, the profile's)")
     return p
 
 
@@ -65,10 +113,38 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
 
     def body():
-        commands = student_commands(args.prepared, args.distilled, args.out)
-        print(f"# the {PROFILE} profile's vanilla NAT student (docs/results/kd_effect/), in a shell with the "
-              "project's .venv active (source .venv/bin/activate):")
-        print("\n".join(commands))
+        if args.updates is not None and args.updates < 1:
+            raise SettingsError(f"--updates {args.updates}: give at least 1")
+        if args.from_ranking:
+            given = [f"--{name}" for name in ("prepared", "distilled", "arch", "shape") if getattr(args, name)]
+            if given:
+                raise SettingsError(f"--from-ranking takes the corpus, set, student and shape from the ranking: "
+                                    f"drop {' '.join(given)}")
+            chosen = from_ranking(args.from_ranking)
+        elif not (args.prepared and args.distilled):
+            raise SettingsError("give --prepared and --distilled, or --from-ranking")
+        else:
+            chosen = {"prepared": args.prepared, "distilled": args.distilled, "arch": args.arch or DEFAULT_ARCH,
+                      "shape": args.shape or DEFAULT_SHAPE, "best": None}
+        corpus = PreparedCorpus(chosen["prepared"])
+        tokenization, languages = corpus.tokenization(), corpus.language_pair()
+        shape = parse_shape(chosen["shape"])
+        from nat_kd.study.plan import student_family
+
+        family = student_family(chosen["arch"])
+        sets = [] if chosen["distilled"] is None else [(DistilledSet(chosen["distilled"]).bin,
+                                                        DistilledSet(chosen["distilled"]).root.name)]
+        sets.append((corpus.bin, REAL))
+        kind = chosen["shape"] if shape is not None else "its own sizes"
+        if chosen["best"] == REAL:
+            print(f"# nat_kd.choose ranked the real data first: {chosen['arch']} ({kind}) on it")
+        else:
+            print(f"# {chosen['arch']} ({kind}) on {sets[0][1]}, and its twin on the real data; in a shell with the "
+                  "project's .venv active (source .venv/bin/activate), train, then test:")
+        for bin_dir, name in sets:
+            print("\n".join(student_commands(bin_dir, tokenization, languages, args.out / f"{family}.{name}",
+                                             arch=chosen["arch"], shape=shape, updates=args.updates)))
+        return 0
 
     return cli.run(body)
 

@@ -36,17 +36,15 @@ MODELS = ("nat", "glat", "ctc", "glat_ctc", "dat", "transformer")  # transformer
 NAMES = {"nat": "vanilla NAT", "glat": "GLAT", "ctc": "CTC", "glat_ctc": "CTC with glancing",
          "dat": "DA-Transformer", "transformer": "fairseq's transformer"}
 PRECISION_FLAGS = {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}
-HEADS = {128: 4, 256: 4, 512: 8, 1024: 16}
 
 
 def shape_of(spec: str):
-    """'6x512:16384' -> (ModelShape 6 layers of 512, FFN 4x, its heads; max tokens 16384)."""
+    """'6x512:16384' -> (ModelShape.parse('6x512'), max tokens 16384)."""
     from nat_kd.study.config import ModelShape
 
     try:
         dims, max_tokens = spec.split(":")
-        layers, width = (int(x) for x in dims.split("x"))
-        return ModelShape(embed_dim=width, ffn_dim=4 * width, layers=layers, heads=HEADS.get(width, 8)), int(max_tokens)
+        return ModelShape.parse(dims), int(max_tokens)
     except ValueError:
         raise SystemExit(f"--shapes {spec}: write LAYERSxWIDTH:MAX_TOKENS, e.g. 6x512:16384") from None
 

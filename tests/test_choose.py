@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from nat_kd.choose import MEASURES, main, student_family
+from nat_kd.choose import MEASURES, main
+from nat_kd.study.plan import student_family
 from nat_kd.study import pilots
 
 TRAIN = 203  # tiny_en_de's training pairs

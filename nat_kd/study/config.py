@@ -50,6 +50,19 @@ class ModelShape:
     def label(self) -> str:
         return f"{self.layers}x{self.embed_dim}"
 
+    @classmethod
+    def parse(cls, label: str) -> ModelShape:
+        """'6x512' -> 6 layers of width 512, a feed-forward 4x as wide, a head every 64 dimensions (4 at most
+        below 256: the studies' 2x128 students have 4), as transformer-base and the studies size them."""
+        try:
+            layers, width = (int(x) for x in label.split("x"))
+        except ValueError:
+            raise ValueError(f"{label}: write LAYERSxWIDTH, e.g. 2x128 or 6x512") from None
+        heads = max(4, width // 64)
+        if layers < 1 or width < 4 or width % heads:
+            raise ValueError(f"{label}: at least 1 layer, and a width that its {heads} heads divide")
+        return cls(embed_dim=width, ffn_dim=4 * width, layers=layers, heads=heads)
+
 
 @dataclass(frozen=True)
 class Training:

@@ -10,6 +10,7 @@ from functools import partial
 from pathlib import Path
 
 from nat_kd.artifacts import DistilledSet, PreparedCorpus
+from nat_kd.errors import SettingsError
 from nat_kd.corpus import iter_lines, read_lines
 
 from . import fairseq_jobs as jobs
@@ -21,6 +22,25 @@ TEACHER_ARCH = "kd_transformer_tiny"  # sizes come from the config's shapes, on 
 
 def student_arch(family: str) -> str:
     return f"kd_{family}_tiny"
+
+
+def student_family(arch: str) -> str:
+    """The NAT family of a kd_* student architecture; an AT or unknown one is a SettingsError."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from fairseq_plugins.models.nat import STUDENT_ARCHS
+
+    if arch in STUDENT_ARCHS:
+        return STUDENT_ARCHS[arch][0]
+    students = sorted(a for a in STUDENT_ARCHS if a.endswith("_tiny"))
+    if arch in ARCH_MODEL_REGISTRY:
+        from fairseq.models.nat import FairseqNATModel
+
+        what = ("a fairseq NAT model, not one of nat-kd's students" if issubclass(ARCH_MODEL_REGISTRY[arch],
+                FairseqNATModel) else "an autoregressive model, not a NAT student")
+        raise SettingsError(f"--arch {arch} is {what}: give a kd_FAMILY_SIZE architecture, e.g. "
+                            f"{', '.join(students)}")
+    raise SettingsError(f"--arch {arch}: no such architecture; give a kd_FAMILY_SIZE one, e.g. {', '.join(students)}")
 
 
 def student_step(family: str, data: str, seed: int = 1) -> str:
