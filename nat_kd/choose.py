@@ -58,6 +58,9 @@ def parse_args(argv):
                         "stopped, a smaller one trains them again")
     p.add_argument("--out", required=True,
                    help="the folder of the pilots and the ranking: a new one, or an earlier run's to go on with it")
+    p.add_argument("--shape", default="2x128",
+                   help="the student's LAYERSxWIDTH over its architecture's sizes (default 2x128, the committed "
+                        "studies' students, whose pilots' agreement the ranking quotes), or 'arch' for its own")
     p.add_argument("--final-updates", type=int, default=FINAL_UPDATES,
                    help=f"the full training the pilot stands for (default {FINAL_UPDATES}): glancing students "
                         "anneal over its first two thirds")
@@ -214,7 +217,7 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
     from functools import partial
 
     from nat_kd.study.config import Training
-    from nat_kd.study.plan import analysis_step, prepare_step, train_step
+    from nat_kd.study.plan import analysis_step, prepare_step, student_shape, train_step
     from nat_kd.study.steps import Step
 
     src, tgt = corpus.language_pair()
@@ -243,8 +246,10 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
                         bleu_every=args.updates, glance_anneal_updates=round(args.final_updates * 2 / 3),
                         **smoothing).used_by(family)
     evaluation = {"beam": 1, "max_tokens": 8192, "max_len_a": 0.0, "max_len_b": 200, "splits": [VALID]}
+    shape = student_shape(args.shape)
+    shape = None if shape is None else asdict(shape)
     for name, data in [(REAL, None), *((name, f"set.{name}") for name in candidates)]:
-        settings = dict(prepare="prepare", data=data, arch=args.arch, shape=None, training=asdict(training),
+        settings = dict(prepare="prepare", data=data, arch=args.arch, shape=shape, training=asdict(training),
                         nat_family=family, evaluation=evaluation, tgt=tgt, seed=args.seed)
         # the budget is both keys (one measurement, at the pilot's end): a longer --updates continues the pilots
         steps.append(Step(f"pilot.{name}", "train", settings, partial(train_step, **settings),
@@ -252,11 +257,11 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
     return steps
 
 
-def ranking(records: dict, candidates: list[str], family: str, updates: int) -> dict:
+def ranking(records: dict, candidates: list[str], family: str, shape: str, updates: int) -> dict:
     """The sets by their pilot's validation BLEU, best first, with their data measures and the agreement
-    of this family's pilots with full training in the committed studies."""
+    of this family's pilots at this shape (LAYERSxWIDTH) with full training in the committed studies."""
     from nat_kd.study.curve import bleu_at
-    from nat_kd.study.pilots import for_family
+    from nat_kd.study.pilots import for_family, trusted_budget
 
     analysis = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
     rows = []
@@ -265,8 +270,34 @@ def ranking(records: dict, candidates: list[str], family: str, updates: int) -> 
         rows.append({"set": name, "valid_bleu": bleu_at(curve, updates),
                      **{key: analysis.get(name, {}).get(key) for key, _, _ in MEASURES}})
     rows.sort(key=lambda r: -r["valid_bleu"])
-    agreement, measured = for_family(family, updates)
-    return {"family": family, "updates": updates, "rows": rows, "agreement": agreement, "measured_updates": measured}
+    agreement, measured = for_family(family, shape, updates)
+    return {"family": family, "shape_label": shape, "updates": updates, "rows": rows, "agreement": agreement,
+            "measured_updates": measured, "trusted_updates": trusted_budget(family, shape)}
+
+
+def verdict(rank: dict) -> str:
+    """One line: can the ranking be trusted, by how this family's pilots of this length and shape ranked the
+    sets in the committed studies (the pilot's pick was the final best: pilots.picked_the_best)?"""
+    from nat_kd.study.pilots import picked_the_best
+
+    who = f"{rank['family']} pilots at {rank['shape_label']}"
+    trusted, agreement = rank["trusted_updates"], rank["agreement"]
+    first = (f"they first picked the final best at {trusted:,} updates" if trusted else
+             "at no budget measured did they pick the final best in every study")
+    if not rank["measured_updates"]:
+        return (f"Verdict: untested. No committed study measured how {who} rank training sets: treat this ranking "
+                "as a pilot's, nothing more.")
+    if not agreement:
+        return (f"Verdict: untested this short. {who} were measured from {rank['measured_updates'][0]:,} updates "
+                f"on; {first}.")
+    if picked_the_best(agreement):
+        studies = ", ".join(f"{r['study']} ({r['sets']} sets)" for r in agreement)
+        return (f"Verdict: trusted as far as measured. {who} of {max(r['updates'] for r in agreement):,} updates "
+                f"picked the final best set in {studies}.")
+    missed = "; ".join(f"{r['study']}: picked {r['pick']}, {r['regret']:.2f} test BLEU below the final best"
+                       for r in agreement if r["regret"] != 0)
+    return (f"Verdict: do not trust this ranking yet. {who} of {max(r['updates'] for r in agreement):,} updates did "
+            f"not rank the sets as full training did ({missed}); {first}.")
 
 
 def render(rank: dict, arch: str) -> str:
@@ -275,17 +306,18 @@ def render(rank: dict, arch: str) -> str:
     body = [[1 + sum(s > r["valid_bleu"] for s in scores), r["set"], cell(r["valid_bleu"], ".2f"),
              "best" if r["valid_bleu"] == scores[0] else f"{r['valid_bleu'] - scores[0]:+.2f}"]
             + [cell(r[key], spec) for key, _, spec in MEASURES] for r in rank["rows"]]
-    parts = [f"# Which training set for {arch}? Pilots of {rank['updates']:,} updates\n",
+    parts = [f"# Which training set for {arch} at {rank['shape_label']}? Pilots of {rank['updates']:,} updates\n",
+             verdict(rank) + "\n",
              table(["rank", "training set", "pilot valid BLEU", "gap"] + [label for _, label, _ in MEASURES], body),
              "Pilot valid BLEU: sacrebleu on the detokenized validation set after the pilot's last update. Data "
              "measures: nat_kd.analyze report (13a, lowercased), each set against the real data.\n",
              "## How far pilots this short can be trusted\n"]
     agreement, measured = rank["agreement"], rank["measured_updates"]
     if not measured:
-        parts.append(f"Not measured: no committed study trained {rank['family']} students on enough sets with a "
-                     "learning curve (docs/results/capacity/). Treat the ranking as a pilot's, nothing more.\n")
+        parts.append(f"Not measured: no committed study trained {rank['family']} students at {rank['shape_label']} on "
+                     "enough sets with a learning curve (docs/results/capacity/).\n")
     elif not agreement:
-        parts.append(f"Not measured this short: {rank['family']} pilots were measured at "
+        parts.append(f"Not measured this short: {rank['family']} pilots at {rank['shape_label']} were measured at "
                      f"{', '.join(f'{u:,}' for u in measured)} updates (docs/results/capacity/).\n")
     else:
         from nat_kd.study.pilots import markdown
@@ -304,7 +336,7 @@ def main(argv=None) -> int:
 
 def _choose(args) -> int:
     from nat_kd.study.cluster import JobLauncher, check_resources, dry_run, submit_detached
-    from nat_kd.study.plan import student_family
+    from nat_kd.study.plan import shape_label, student_family, student_shape
     from nat_kd.study.steps import Runner
 
     check_launcher_arguments(args)
@@ -312,6 +344,7 @@ def _choose(args) -> int:
         raise SettingsError(f"--updates {args.updates} --final-updates {args.final_updates}: give 1 <= --updates "
                             "<= --final-updates")
     family = student_family(args.arch)
+    student_shape(args.shape)  # a wrong --shape before anything runs
     check_label_smoothing(args.label_smoothing, args.arch, family)
     corpus = PreparedCorpus(args.corpus)
     check_corpus(corpus)
@@ -344,8 +377,9 @@ def _choose(args) -> int:
                                "run: it waits for what is left and writes the ranking")
     with sigterm_as_interrupt() if launcher else nullcontext():
         records = runner.run(steps)
-    # what next_steps --from-ranking reads: the student piloted (at its own sizes) and where each set is
-    rank = {**ranking(records, list(candidates), family, args.updates), "arch": args.arch, "shape": None,
+    # what next_steps --from-ranking reads: the student piloted, its --shape, and where each set is
+    rank = {**ranking(records, list(candidates), family, shape_label(args.arch, student_shape(args.shape)),
+                      args.updates), "arch": args.arch, "shape": args.shape,
             "corpus": str(corpus.root.resolve()),
             "sets": {name: str(candidate.root.resolve()) for name, candidate in candidates.items()}}
     text = render(rank, args.arch)

@@ -29,8 +29,6 @@ from nat_kd.errors import SettingsError
 
 PROFILE = "students"  # kd-effect's student recipe, and the glancing schedule of the families that glance
 DEFAULT_ARCH = "kd_nat_tiny"
-DEFAULT_SHAPE = "2x128"  # the studies' students; ARCH_SHAPE keeps the architecture's own sizes
-ARCH_SHAPE = "arch"
 REAL = "real"  # nat_kd.choose's name for the real data
 
 
@@ -66,30 +64,19 @@ def student_commands(bin_dir: BinarizedData, tokenization, languages: tuple[str,
     return [shlex.join(["fairseq-train", *map(str, train)]), shlex.join(["fairseq-generate", *map(str, generate)])]
 
 
-def parse_shape(label: str):
-    from nat_kd.study.config import ModelShape
-
-    if label == ARCH_SHAPE:
-        return None
-    try:
-        return ModelShape.parse(label)
-    except ValueError as err:
-        raise SettingsError(f"--shape {err}; or '{ARCH_SHAPE}' for the architecture's own sizes") from None
-
-
 def from_ranking(path: Path) -> dict:
     """nat_kd.choose's ranking.json: its corpus, the best set's folder, and the student and shape it piloted."""
     try:
         rank = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise SettingsError(f"--from-ranking {path}: {err}; give nat_kd.choose's OUT/ranking.json") from None
-    missing = [key for key in ("corpus", "arch", "sets", "rows") if key not in rank]
+    missing = [key for key in ("corpus", "arch", "shape", "sets", "rows") if key not in rank]
     if missing:
         raise SettingsError(f"--from-ranking {path}: no {', '.join(missing)}; a ranking written by an older "
                             "nat_kd.choose: run the same choose command again (its pilots are kept) to rewrite it")
     best = rank["rows"][0]["set"]
     return {"prepared": Path(rank["corpus"]), "distilled": None if best == REAL else Path(rank["sets"][best]),
-            "arch": rank["arch"], "shape": rank.get("shape") or ARCH_SHAPE, "best": best}
+            "arch": rank["arch"], "shape": rank["shape"], "best": best}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "--prepared, --distilled, --arch and --shape)")
     p.add_argument("--out", required=True, type=Path, help="the folder for the students' checkpoints")
     p.add_argument("--arch", help=f"the student, any kd_FAMILY_SIZE architecture (default {DEFAULT_ARCH})")
-    p.add_argument("--shape", help=f"LAYERSxWIDTH over the architecture's sizes (default {DEFAULT_SHAPE}, the "
-                                   f"studies' students), or '{ARCH_SHAPE}' for its own")
+    p.add_argument("--shape", help="LAYERSxWIDTH over the architecture's sizes (default 2x128, the studies' "
+                                   "students), or 'arch' for its own")
     p.add_argument("--updates", type=int, help="updates to train (default 2000, the profile's)")
     return p
 
@@ -113,6 +100,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
 
     def body():
+        from nat_kd.study.plan import STUDIES_SHAPE, student_family, student_shape
+
         if args.updates is not None and args.updates < 1:
             raise SettingsError(f"--updates {args.updates}: give at least 1")
         if args.from_ranking:
@@ -125,12 +114,10 @@ def main(argv=None) -> int:
             raise SettingsError("give --prepared and --distilled, or --from-ranking")
         else:
             chosen = {"prepared": args.prepared, "distilled": args.distilled, "arch": args.arch or DEFAULT_ARCH,
-                      "shape": args.shape or DEFAULT_SHAPE, "best": None}
+                      "shape": args.shape or STUDIES_SHAPE, "best": None}
         corpus = PreparedCorpus(chosen["prepared"])
         tokenization, languages = corpus.tokenization(), corpus.language_pair()
-        shape = parse_shape(chosen["shape"])
-        from nat_kd.study.plan import student_family
-
+        shape = student_shape(chosen["shape"])
         family = student_family(chosen["arch"])
         sets = [] if chosen["distilled"] is None else [(DistilledSet(chosen["distilled"]).bin,
                                                         DistilledSet(chosen["distilled"]).root.name)]

@@ -254,8 +254,12 @@ def test_ctrl_c_stops_choose_with_a_line_not_a_traceback(where, corpus, candidat
     assert capsys.readouterr().err.strip().splitlines()[-1] == "stopped; rerun the same command to go on"
 
 
-def _student(family, data, curve, test):
-    return {"kind": "train", "settings": {"nat_family": family, "data": data, "prepare": "prepare"},
+STUDIES_SHAPE = {"dropout": 0.1, "embed_dim": 128, "ffn_dim": 512, "heads": 4, "layers": 2}
+
+
+def _student(family, data, curve, test, shape=STUDIES_SHAPE):
+    return {"kind": "train", "settings": {"nat_family": family, "data": data, "prepare": "prepare",
+                                          "arch": f"kd_{family}_tiny", "shape": shape},
             "result": {"curve": [{"updates": u, "valid_bleu": v} for u, v in curve], "test_bleu": test,
                        "updates_trained": curve[-1][0]}}
 
@@ -273,17 +277,19 @@ def test_pilot_agreement_ranks_each_family_s_pilots_against_its_final_test_bleu(
     records["student.nat.real.seed2"]["settings"]["seed"] = 2  # left out: seed 1 ranks the sets
     records["student.glat.real"] = _student("glat", None, [(250, 1.0)], 5.0)  # one set: no ranking
     rows = pilots.agreement("toy", records, budgets=(250, 500, 1000))
-    assert [(r["family"], r["updates"]) for r in rows] == [("nat", 250), ("nat", 500)]  # none measured at 1,000
+    assert [(r["family"], r["shape"], r["updates"]) for r in rows] == [("nat", "2x128", 250), ("nat", "2x128", 500)]
     first, second = rows
     assert first["rho"] == -1 and first["p"] == pytest.approx(2 / 24)  # both perfect orders of 4! = 24
     assert (first["pick"], first["final_best"], first["regret"]) == ("c", "real", 3.0)
     assert second["rho"] == 1 and (second["pick"], second["regret"]) == ("real", 0.0)
     path = tmp_path / "agreement.json"
     path.write_text(json.dumps({"rows": rows}))
-    assert pilots.for_family("nat", 400, path) == ([first], [250, 500])
-    assert pilots.for_family("nat", 5000, path) == ([second], [250, 500])
-    assert pilots.for_family("nat", 100, path) == ([], [250, 500])
-    assert pilots.for_family("dat", 500, path) == ([], [])
+    assert pilots.for_family("nat", "2x128", 400, path) == ([first], [250, 500])
+    assert pilots.for_family("nat", "2x128", 5000, path) == ([second], [250, 500])
+    assert pilots.for_family("nat", "2x128", 100, path) == ([], [250, 500])
+    assert pilots.for_family("nat", "3x256", 500, path) == ([], [])  # measured at 2x128 only
+    assert pilots.for_family("dat", "2x128", 500, path) == ([], [])
+    assert pilots.trusted_budget("nat", "2x128", path) == 500 and pilots.trusted_budget("nat", "3x256", path) is None
     # a student stopped early (after 250 updates) is no set a 500-update pilot could pick, nor its final best
     records["distil.d"] = {"kind": "distil", "result": {"name": "d"}}
     records["student.nat.d"] = _student("nat", "distil.d", [(250, 0.5)], 25.0)
@@ -399,7 +405,8 @@ def test_pilots_with_equal_scores_share_their_rank():
     from nat_kd.choose import render
 
     def ranked(*scores):
-        rank = {"family": "nat", "updates": 3, "agreement": [], "measured_updates": [],
+        rank = {"family": "nat", "shape_label": "2x128", "updates": 3, "agreement": [], "measured_updates": [],
+                "trusted_updates": None,
                 "rows": [{"set": name, "valid_bleu": bleu, **{key: None for key, _, _ in MEASURES}}
                          for name, bleu in scores]}
         lines = render(rank, "kd_nat_tiny").splitlines()
@@ -424,3 +431,31 @@ def test_choose_refuses_a_corpus_without_a_validation_split(corpus, candidates, 
     assert (f"--corpus {tmp_path / 'en-de'} has no validation split ({tmp_path / 'en-de' / 'raw' / 'valid.de'}, "
             f"{tmp_path / 'en-de' / 'bin' / 'valid.en-de.de'}.bin): each pilot is measured on it") in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("family, shape, updates, line", [
+    # the committed studies: vanilla NAT's pilots picked the final best in `decoding` from 500 updates, and in
+    # `capacity` at 1,000 only; GLAT's from 250; none was measured at 3x256 (kd_*_tiny's own size)
+    ("nat", "2x128", 250, "Verdict: do not trust this ranking yet. nat pilots at 2x128 of 250 updates did not rank "
+     "the sets as full training did (decoding: picked beam.mix-repeated, 0.45 test BLEU below the final best; "
+     "capacity: picked converged.beam, 0.43 test BLEU below the final best); they first picked the final best at "
+     "1,000 updates."),
+    ("nat", "2x128", 1000, "Verdict: trusted as far as measured. nat pilots at 2x128 of 1,000 updates picked the "
+     "final best set in decoding (8 sets), capacity (4 sets)."),
+    ("glat", "2x128", 300, "Verdict: trusted as far as measured. glat pilots at 2x128 of 250 updates picked the "
+     "final best set in capacity (4 sets)."),
+    ("glat", "2x128", 100, "Verdict: untested this short. glat pilots at 2x128 were measured from 250 updates on; "
+     "they first picked the final best at 250 updates."),
+    ("nat", "3x256", 500, "Verdict: untested. No committed study measured how nat pilots at 3x256 rank training "
+     "sets: treat this ranking as a pilot's, nothing more."),
+])
+def test_the_ranking_opens_with_a_verdict_from_the_committed_pilots_of_that_family_and_shape(family, shape, updates,
+                                                                                             line):
+    from nat_kd.choose import ranking, render
+
+    records = {f"pilot.{name}": {"result": {"curve": [{"updates": updates, "valid_bleu": bleu}]}}
+               for name, bleu in (("real", 10.0), ("beam", 12.0))}
+    rank = ranking(records, ["beam"], family, shape, updates)
+    lines = render(rank, f"kd_{family}_tiny").splitlines()
+    assert lines[0] == f"# Which training set for kd_{family}_tiny at {shape}? Pilots of {updates:,} updates"
+    assert lines[2] == line

@@ -50,7 +50,7 @@ def test_a_missing_folder_is_an_error(tiny_en_de, tmp_path, capsys):
 
 def ranking_file(path, corpus, sets: dict, order: list[str], arch="kd_glat_tiny"):
     """A ranking.json as nat_kd.choose writes it, with the keys next_steps reads."""
-    path.write_text(json.dumps({"family": arch.split("_")[1], "updates": 250, "arch": arch, "shape": None,
+    path.write_text(json.dumps({"family": arch.split("_")[1], "updates": 250, "arch": arch, "shape": "arch",
                                 "corpus": str(corpus), "sets": {k: str(v) for k, v in sets.items()},
                                 "rows": [{"set": name, "valid_bleu": 10.0 - i} for i, name in enumerate(order)]}))
     return path

@@ -30,11 +30,13 @@ PILOT_UPDATES = (250, 500, 1000, 1500)
 AGREEMENT = Path(__file__).with_name("pilot_agreement.json")  # the committed studies' agreement, for nat_kd.choose
 
 
-def students_by_family(records: dict[str, dict]) -> dict[str, dict[str, dict]]:
-    """family -> training set label -> the result of its seed-1 student with a learning curve, from a study's
-    step records (the label is the distilled set's name, or "real"); students of other corpora (the
-    multi-modality experiment) are left out."""
-    out: dict[str, dict[str, dict]] = {}
+def students_by_family(records: dict[str, dict]) -> dict[tuple[str, str], dict[str, dict]]:
+    """(family, shape) -> training set label -> the result of its seed-1 student with a learning curve, from a
+    study's step records (the label is the distilled set's name, or "real"; the shape LAYERSxWIDTH); students of
+    other corpora (the multi-modality experiment) are left out."""
+    from .plan import shape_label
+
+    out: dict[tuple[str, str], dict[str, dict]] = {}
     for record in records.values():
         settings, result = record.get("settings", {}), record.get("result", {})
         if (record.get("kind") != "train" or not settings.get("nat_family") or settings.get("seed", 1) != 1
@@ -42,16 +44,17 @@ def students_by_family(records: dict[str, dict]) -> dict[str, dict[str, dict]]:
             continue
         data = settings.get("data")
         label = "real" if data is None else records.get(data, {}).get("result", {}).get("name", data)
-        out.setdefault(settings["nat_family"], {})[label] = result
+        key = settings["nat_family"], shape_label(settings["arch"], settings.get("shape"))
+        out.setdefault(key, {})[label] = result
     return out
 
 
 def agreement(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> list[dict]:
-    """One row per family and pilot budget with at least MIN_SETS_FOR_CORRELATION sets measured there."""
+    """One row per family, shape and pilot budget with at least MIN_SETS_FOR_CORRELATION sets measured there."""
     from .central_table import MIN_SETS_FOR_CORRELATION, spearman  # imports fairseq (after the logging set-up)
 
     rows = []
-    for family, students in sorted(students_by_family(records).items()):
+    for (family, shape), students in sorted(students_by_family(records).items()):
         final = {label: r["test_bleu"] for label, r in students.items()}
         for updates in budgets:
             # the sets measured at this budget (a student stopped early has no later point): the pilot picks
@@ -62,7 +65,7 @@ def agreement(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> li
             labels = sorted(pilot)
             rho, p = spearman([pilot[x] for x in labels], [final[x] for x in labels])
             pick, best = max(labels, key=pilot.get), max(labels, key=final.get)
-            rows.append({"study": study, "family": family, "sets": len(labels), "updates": updates,
+            rows.append({"study": study, "family": family, "shape": shape, "sets": len(labels), "updates": updates,
                          "rho": None if math.isnan(rho) else round(rho, 4), "p": None if math.isnan(p) else p,
                          "pick": pick, "final_best": best, "regret": round(final[best] - final[pick], 2),
                          "final_updates": max(r["updates_trained"] for r in students.values())})
@@ -72,23 +75,44 @@ def agreement(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> li
 def markdown(rows: list[dict]) -> str:
     from .central_table import p_value_cell
 
-    return table(["study", "student", "sets", "pilot updates", "Spearman rho", "p (two-sided)",
+    return table(["study", "student", "shape", "sets", "pilot updates", "Spearman rho", "p (two-sided)",
                   "pilot's pick", "final best", "test BLEU lost"],
-                 [[r["study"], r["family"], r["sets"], f"{r['updates']:,}", cell(r["rho"], "+.3f"),
+                 [[r["study"], r["family"], r["shape"], r["sets"], f"{r['updates']:,}", cell(r["rho"], "+.3f"),
                    p_value_cell(float("nan") if r["p"] is None else r["p"]), r["pick"], r["final_best"],
                    cell(r["regret"], ".2f")] for r in rows])
 
 
-def for_family(family: str, updates: int, path: Path = AGREEMENT) -> tuple[list[dict], list[int]]:
-    """The measured agreement of ``family``'s pilots at the longest budget of at most ``updates``, one row a
-    study, and every budget measured for the family (both empty where no study measured it)."""
-    rows = [r for r in json.loads(path.read_text(encoding="utf-8"))["rows"] if r["family"] == family]
+def measured(family: str, shape: str, path: Path = AGREEMENT) -> list[dict]:
+    """The committed studies' rows for pilots of ``family`` at ``shape`` (LAYERSxWIDTH)."""
+    return [r for r in json.loads(path.read_text(encoding="utf-8"))["rows"]
+            if r["family"] == family and r["shape"] == shape]
+
+
+def for_family(family: str, shape: str, updates: int, path: Path = AGREEMENT) -> tuple[list[dict], list[int]]:
+    """The measured agreement of ``family``'s pilots at ``shape`` at the longest budget of at most ``updates``,
+    one row a study, and every budget measured for them (both empty where no study measured it)."""
+    rows = measured(family, shape, path)
     out = []
     for study in dict.fromkeys(r["study"] for r in rows):
         fitting = [r for r in rows if r["study"] == study and r["updates"] <= updates]
         if fitting:
             out.append(max(fitting, key=lambda r: r["updates"]))
     return out, sorted({r["updates"] for r in rows})
+
+
+def picked_the_best(rows: list[dict]) -> bool:
+    """Whether pilots ranked the sets as full training did where it counts: each study's pick is its final best."""
+    return bool(rows) and all(r["regret"] == 0 for r in rows)
+
+
+def trusted_budget(family: str, shape: str, path: Path = AGREEMENT) -> int | None:
+    """The shortest pilot budget at which every committed study that measured ``family`` at ``shape`` there saw
+    the pilots pick the final best set; None if none did."""
+    rows = measured(family, shape, path)
+    for updates in sorted({r["updates"] for r in rows}):
+        if picked_the_best([r for r in rows if r["updates"] == updates]):
+            return updates
+    return None
 
 
 def main(argv=None) -> int:

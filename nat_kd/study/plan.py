@@ -48,6 +48,30 @@ def student_step(family: str, data: str, seed: int = 1) -> str:
     return f"student.{family}.{data}" + (f".seed{seed}" if seed != 1 else "")
 
 
+STUDIES_SHAPE = "2x128"  # every committed study's students: what the pilots' agreement was measured at
+ARCH_SHAPE = "arch"  # a --shape that keeps the architecture's own sizes
+
+
+def student_shape(label: str) -> ModelShape | None:
+    """--shape LAYERSxWIDTH (ModelShape.parse), or ARCH_SHAPE: None, the architecture's own sizes."""
+    if label == ARCH_SHAPE:
+        return None
+    try:
+        return ModelShape.parse(label)
+    except ValueError as err:
+        raise SettingsError(f"--shape {err}; or '{ARCH_SHAPE}' for the architecture's own sizes") from None
+
+
+def shape_label(arch: str, shape: dict | ModelShape | None) -> str:
+    """LAYERSxWIDTH of a student: its shape's, else its architecture's own size's (kd_glat_tiny: 3x256)."""
+    from fairseq_plugins.models.sizes import SIZES
+
+    if shape is None:
+        size = SIZES[arch.rsplit("_", 1)[1]]
+        return f"{size.layers}x{size.embed_dim}"
+    return (ModelShape(**shape) if isinstance(shape, dict) else shape).label
+
+
 def count_parameters(arch: str, shape: ModelShape | None, vocab_size: int) -> int:
     """``shape`` None: the architecture's own sizes."""
     from fairseq_plugins.counting import build_model
