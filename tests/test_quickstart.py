@@ -1,5 +1,6 @@
 """The README's quickstart, as written: its block is read from README.md and run on a tiny corpus, with only sizes
 (vocabulary, model, updates) and paths made tiny, so that a broken line of the README fails here."""
+import json
 import re
 import shlex
 import subprocess
@@ -23,11 +24,12 @@ TOOLS = {"python": [sys.executable], "fairseq-train": [sys.executable, "-m", "fa
          "fairseq-generate": [sys.executable, "-m", "fairseq_cli.generate"]}
 
 
-def quickstart() -> list[str]:
-    """The block under "Quickstart on your own data", one command a line, its comments and `source` left out."""
+def quickstart(block: int = 0) -> list[str]:
+    """The quickstart's ``block``-th bash block (0: the main one, 1: with a published teacher), one command a
+    line, its comments and `source` left out."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"## Quickstart on your own data\n.*?```bash\n(.*?)\n```", text, re.S).group(1)
-    lines = block.replace("\\\n", " ").splitlines()
+    section = text.split("## Quickstart on your own data\n", 1)[1].split("\n## ", 1)[0]
+    lines = re.findall(r"```bash\n(.*?)\n```", section, re.S)[block].replace("\\\n", " ").splitlines()
     return [" ".join(line.split()) for line in lines if line.strip() and not line.lstrip().startswith(("#", "source "))]
 
 
@@ -50,17 +52,30 @@ def test_the_quickstart_block_is_found_and_every_substitution_applies():
         assert old in text, f"the README no longer says {old!r}: update the substitutions"
 
 
-def test_the_quickstart_runs_as_written_from_raw_text_to_a_tested_student(tiny_en_de, tmp_path):
-    """A German side named ro stands for any target language: the commands name en-ro."""
-    (tmp_path / "raw").mkdir()
+def run_block(commands: list[str], cwd) -> str:
+    """Each command with the substitutions, in ``cwd``; the last one's output."""
+    for command in commands:
+        for old, new in SUBSTITUTIONS:
+            command = command.replace(old, new)
+        out = run(command, cwd)
+    return out
+
+
+@pytest.fixture(scope="module")
+def quickstarted(tiny_en_de, tmp_path_factory):
+    """The main block run in a folder of raw text: (the folder, step 6's output). A German side named ro stands
+    for any target language: the commands name en-ro."""
+    folder = tmp_path_factory.mktemp("quickstart")
+    (folder / "raw").mkdir()
     for split, ours, lines in (("train", "train", None), ("dev", "valid", 60), ("test", "test", 60)):
         for lang, theirs in (("en", "en"), ("de", "ro")):
             text = (tiny_en_de / "raw" / f"{ours}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)
-            (tmp_path / "raw" / f"{split}.{theirs}").write_text("".join(text[:lines]), encoding="utf-8")
-    for command in quickstart():
-        for old, new in SUBSTITUTIONS:
-            command = command.replace(old, new)
-        out = run(command, tmp_path)
+            (folder / "raw" / f"{split}.{theirs}").write_text("".join(text[:lines]), encoding="utf-8")
+    return folder, run_block(quickstart(), folder)
+
+
+def test_the_quickstart_runs_as_written_from_raw_text_to_a_tested_student(quickstarted):
+    tmp_path, out = quickstarted
     ranking = (tmp_path / "runs" / "choose" / "ranking.md").read_text(encoding="utf-8").splitlines()
     assert ranking[0] == "# Which training set for kd_glat_tiny at 2x128? Pilots of 3 updates"
     assert ranking[2].startswith("Verdict: untested this short. glat pilots at 2x128 were measured from 250")
@@ -72,6 +87,39 @@ def test_the_quickstart_runs_as_written_from_raw_text_to_a_tested_student(tiny_e
     run(printed[0] + " --max-update 3", tmp_path)
     scored = run(printed[1], tmp_path)
     assert re.search(r"Generate test with beam=1: BLEU = [\d.]+", scored), scored[-2000:]
+
+
+def test_the_quickstart_with_a_published_teacher_reaches_choose(quickstarted):
+    """The second block, with a tiny MarianMT folder (an OPUS-MT model's layout, test_generate_published) standing
+    for the downloaded one: its set comes in the student's tokens, and choose ranks it beside the main one's."""
+    from test_generate_published import lines, tiny, train_sentencepiece
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    folder, _ = quickstarted
+    teacher = folder / "opus-mt-en-ro"
+    pieces = []
+    for lang, theirs in (("en", "en"), ("ro", "ro")):
+        model = train_sentencepiece(lines(folder / "raw" / f"train.{theirs}"), folder / f"sp_{lang}", 150)
+        pieces += [model.id_to_piece(i) for i in range(model.get_piece_size())]
+    vocab = {"</s>": 0, "<unk>": 1}
+    for piece in pieces:
+        vocab.setdefault(piece, len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    MarianTokenizer(source_spm=str(folder / "sp_en.model"), target_spm=str(folder / "sp_ro.model"),
+                    vocab=str(folder / "vocab.json"), model_max_length=512).save_pretrained(teacher)
+    MarianMTModel(tiny(MarianConfig, len(vocab), pad_token_id=len(vocab) - 1, eos_token_id=0,
+                       decoder_start_token_id=len(vocab) - 1, forced_eos_token_id=0)).save_pretrained(teacher)
+    commands = quickstart(1)
+    assert [shlex.split(c)[:3] for c in commands] == [["python", "-m", "nat_kd.generate_distilled"],
+                                                      ["python", "-m", "nat_kd.choose"]]
+    # a random teacher writes long outputs: the length is a size
+    commands[0] += " --max-len-b 12"
+    run_block(commands, folder)
+    meta = json.loads((folder / "runs" / "distill" / "opus-beam5" / "meta.json").read_text(encoding="utf-8"))
+    assert meta["teacher"]["name"] == "opus-mt-en-ro" and "student_vocabulary" in meta
+    ranked = json.loads((folder / "runs" / "choose-opus" / "ranking.json").read_text(encoding="utf-8"))
+    assert sorted(r["set"] for r in ranked["rows"]) == ["beam5", "opus-beam5", "real"]
 
 
 @pytest.mark.parametrize("broken", ["--strategy beem", "--set-dir runs/distill/beam6"])
