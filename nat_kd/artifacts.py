@@ -60,6 +60,11 @@ class PreparedCorpus(_Folder):
     """nat_kd.prepare's output folder; its module docstring says what each file holds."""
 
     manifest_file = _file("manifest.json")
+    # what a command that takes only such a folder says of another one (a fairseq-binarized corpus, say)
+    HOW_TO_MAKE = ("make one from the corpus's raw text in its own tokens: python -m nat_kd.prepare --src SRC --tgt "
+                   "TGT --trainpref RAW/train --validpref RAW/valid --testpref RAW/test --bpe-codes CODES --tokenizer "
+                   "moses (or --spm-model M) --out-dir DIR, then distil with --student-data DIR "
+                   "(docs/own_corpus.md)")
     spm_model = _file("spm.model")
     bpe_codes = _file("bpe.codes", "(a corpus prepared with --bpe-codes) a copy of the subword-nmt codes")
 
@@ -110,7 +115,8 @@ class PreparedCorpus(_Folder):
     def language_pair(self) -> tuple[str, str]:
         config = (self.manifest() or {}).get("config", {})
         if not (config.get("src") and config.get("tgt")):
-            raise CorpusError(f"{self.root} has no manifest.json naming its languages; is it nat_kd.prepare output?")
+            raise CorpusError(f"{self.root} has no manifest.json naming its languages; is it nat_kd.prepare output? "
+                              f"If not, {self.HOW_TO_MAKE}")
         return config["src"], config["tgt"]
 
 

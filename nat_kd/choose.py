@@ -107,7 +107,8 @@ def valid_split(data: BinarizedData, src: str, tgt: str) -> list[Path]:
 def check_corpus(corpus: PreparedCorpus) -> None:
     """A prepared corpus with the validation split the pilots are measured on."""
     if corpus.manifest() is None:
-        raise SettingsError(f"--corpus {corpus.root}: no manifest.json; give a nat_kd.prepare output folder")
+        raise SettingsError(f"--corpus {corpus.root}: no manifest.json; give a nat_kd.prepare output folder, or "
+                            f"{PreparedCorpus.HOW_TO_MAKE}")
     src, tgt = corpus.language_pair()
     if not (valid_split(corpus.bin, src, tgt) and corpus.raw(VALID, tgt).is_file()):
         raise SettingsError(f"--corpus {corpus.root} has no validation split ({corpus.raw(VALID, tgt)}, "

@@ -459,3 +459,15 @@ def test_the_ranking_opens_with_a_verdict_from_the_committed_pilots_of_that_fami
     lines = render(rank, f"kd_{family}_tiny").splitlines()
     assert lines[0] == f"# Which training set for kd_{family}_tiny at {shape}? Pilots of {updates:,} updates"
     assert lines[2] == line
+
+
+def test_choose_says_in_one_line_how_to_make_a_corpus_it_takes_from_a_binarized_one(corpus, candidates, tmp_path,
+                                                                                    capsys):
+    """A fairseq-binarized folder (WMT's data-bin) is no nat_kd.prepare folder: the line says how to make one."""
+    code = main(["--corpus", str(corpus / "bin"), "--candidates", str(candidates[0]), "--arch", "kd_nat_tiny",
+                 "--updates", "3", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert (f"--corpus {corpus / 'bin'}: no manifest.json; give a nat_kd.prepare output folder, or make one from the "
+            "corpus's raw text in its own tokens: python -m nat_kd.prepare") in err
+    assert "then distil with --student-data DIR" in err and not (tmp_path / "out").exists()

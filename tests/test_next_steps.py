@@ -43,9 +43,12 @@ def test_a_missing_folder_is_an_error(tiny_en_de, tmp_path, capsys):
     assert next_steps.main(["--prepared", str(tiny_en_de), "--distilled", str(tmp_path / "none"),
                             "--out", str(tmp_path / "students")]) == 2
     assert "none/bin: no such folder" in capsys.readouterr().err
-    assert next_steps.main(["--prepared", str(tmp_path), "--distilled", str(tmp_path / "none"),
+    # a fairseq-binarized corpus: one line that says how to make a folder next_steps takes
+    assert next_steps.main(["--prepared", str(tiny_en_de / "bin"), "--distilled", str(tmp_path / "none"),
                             "--out", str(tmp_path / "students")]) == 2
-    assert "has no manifest.json naming its languages; is it nat_kd.prepare output?" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "has no manifest.json naming its languages" in err
+    assert "make one from the corpus's raw text in its own tokens: python -m nat_kd.prepare --src SRC" in err
 
 
 def ranking_file(path, corpus, sets: dict, order: list[str], arch="kd_glat_tiny"):
