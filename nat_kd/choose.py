@@ -262,7 +262,7 @@ def ranking(records: dict, candidates: list[str], family: str, shape: str, updat
     """The sets by their pilot's validation BLEU, best first, with their data measures and the agreement
     of this family's pilots at this shape (LAYERSxWIDTH) with full training in the committed studies."""
     from nat_kd.study.curve import bleu_at
-    from nat_kd.study.pilots import for_family, trusted_budget
+    from nat_kd.study.pilots import for_family, noise_for, trusted_budget
 
     analysis = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
     rows = []
@@ -273,16 +273,23 @@ def ranking(records: dict, candidates: list[str], family: str, shape: str, updat
     rows.sort(key=lambda r: -r["valid_bleu"])
     agreement, measured = for_family(family, shape, updates)
     return {"family": family, "shape_label": shape, "updates": updates, "rows": rows, "agreement": agreement,
-            "measured_updates": measured, "trusted_updates": trusted_budget(family, shape)}
+            "measured_updates": measured, "trusted_updates": trusted_budget(family, shape),
+            "noise": noise_for(family, shape, updates)}
 
 
 def verdict(rank: dict) -> str:
-    """One line: can the ranking be trusted, by how this family's pilots of this length and shape ranked the
-    sets in the committed studies (the pilot's pick was the final best: pilots.picked_the_best)?"""
+    """One line: is the leader ahead by more than the pilots' seed noise, and can the ranking be trusted, by how
+    this family's pilots of this length and shape ranked the sets in the committed studies (the pilot's pick was
+    the final best: pilots.picked_the_best)?"""
     from nat_kd.study.pilots import picked_the_best
 
     who = f"{rank['family']} pilots at {rank['shape_label']}"
-    trusted, agreement = rank["trusted_updates"], rank["agreement"]
+    trusted, agreement, noise, rows = rank["trusted_updates"], rank["agreement"], rank["noise"], rank["rows"]
+    if noise and len(rows) > 1 and rows[0]["valid_bleu"] - rows[1]["valid_bleu"] < noise["sd"]:
+        return (f"Verdict: a draw at the top. {rows[0]['set']} leads {rows[1]['set']} by "
+                f"{rows[0]['valid_bleu'] - rows[1]['valid_bleu']:.2f} BLEU, less than the seed alone moves {who} of "
+                f"{noise['updates']:,} updates in the committed studies (sd {noise['sd']:.2f} over {noise['sets']} "
+                "sets): train both in full, or pilot longer.")
     first = (f"they first picked the final best at {trusted:,} updates" if trusted else
              "at no budget measured did they pick the final best in every study")
     if not rank["measured_updates"]:

@@ -406,7 +406,7 @@ def test_pilots_with_equal_scores_share_their_rank():
 
     def ranked(*scores):
         rank = {"family": "nat", "shape_label": "2x128", "updates": 3, "agreement": [], "measured_updates": [],
-                "trusted_updates": None,
+                "trusted_updates": None, "noise": None,
                 "rows": [{"set": name, "valid_bleu": bleu, **{key: None for key, _, _ in MEASURES}}
                          for name, bleu in scores]}
         lines = render(rank, "kd_nat_tiny").splitlines()
@@ -454,7 +454,7 @@ def test_the_ranking_opens_with_a_verdict_from_the_committed_pilots_of_that_fami
     from nat_kd.choose import ranking, render
 
     records = {f"pilot.{name}": {"result": {"curve": [{"updates": updates, "valid_bleu": bleu}]}}
-               for name, bleu in (("real", 10.0), ("beam", 12.0))}
+               for name, bleu in (("real", 10.0), ("beam", 12.0))}  # 2 BLEU apart: more than any seed noise
     rank = ranking(records, ["beam"], family, shape, updates)
     lines = render(rank, f"kd_{family}_tiny").splitlines()
     assert lines[0] == f"# Which training set for kd_{family}_tiny at {shape}? Pilots of {updates:,} updates"
@@ -471,3 +471,31 @@ def test_choose_says_in_one_line_how_to_make_a_corpus_it_takes_from_a_binarized_
     assert (f"--corpus {corpus / 'bin'}: no manifest.json; give a nat_kd.prepare output folder, or make one from the "
             "corpus's raw text in its own tokens: python -m nat_kd.prepare") in err
     assert "then distil with --student-data DIR" in err and not (tmp_path / "out").exists()
+
+
+def test_seed_noise_pools_each_sets_variance_over_its_seeds():
+    records = {"distil.a": {"kind": "distil", "result": {"name": "a"}}}
+    for name, data, seed, bleu in (("real", None, 1, 10.0), ("real.seed2", None, 2, 12.0), ("real.seed3", None, 3, 14.0),
+                                   ("a", "distil.a", 1, 5.0), ("a.seed2", "distil.a", 2, 6.0)):
+        records[f"student.nat.{name}"] = _student("nat", data, [(250, bleu)], 20.0)
+        records[f"student.nat.{name}"]["settings"]["seed"] = seed
+    records["student.glat.real"] = _student("glat", None, [(250, 3.0)], 5.0)  # one seed: no noise
+    # real: mean 12, squares 4 + 0 + 4 = 8 over 2 df; a: mean 5.5, squares 0.5 over 1 df; pooled sqrt(8.5 / 3)
+    assert pilots.seed_noise("toy", records, budgets=(250, 500)) == [
+        {"study": "toy", "family": "nat", "shape": "2x128", "updates": 250, "sets": 2, "df": 3,
+         "sd": round((8.5 / 3) ** 0.5, 4)}]
+
+
+def test_a_leader_within_the_pilots_seed_noise_is_a_draw():
+    """Vanilla NAT at 2x128, 500 updates: the committed studies' seeds move its pilots by sd 0.61 (decoding's 0.69
+    over 4 df and capacity's 0.42 over 2, pooled), more than the leader's 0.30."""
+    from nat_kd.choose import ranking, render
+
+    records = {f"pilot.{name}": {"result": {"curve": [{"updates": 500, "valid_bleu": bleu}]}}
+               for name, bleu in (("real", 10.0), ("beam", 10.3), ("mix", 8.0))}
+    rank = ranking(records, ["beam", "mix"], "nat", "2x128", 500)
+    sd = ((0.6907 ** 2 * 4 + 0.422 ** 2 * 2) / 6) ** 0.5
+    assert rank["noise"]["sd"] == pytest.approx(sd) and f"{sd:.2f}" == "0.61"
+    assert render(rank, "kd_nat_tiny").splitlines()[2] == (
+        "Verdict: a draw at the top. beam leads real by 0.30 BLEU, less than the seed alone moves nat pilots at 2x128 "
+        "of 500 updates in the committed studies (sd 0.61 over 4 sets): train both in full, or pilot longer.")

@@ -41,6 +41,28 @@ def tiny(config_class, vocab_size: int, positions: int = 512, **special):
                         max_position_embeddings=positions, init_std=0.5, **special)
 
 
+def marian_teacher(source: list[str], target: list[str], work, folder):
+    """A random MarianMT folder as OPUS-MT ships one: a sentencepiece model per language (150 pieces) and one
+    vocabulary of both; its files are written to ``folder``, the models' to ``work``."""
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    pieces = []
+    for lang, text in (("src", source), ("tgt", target)):
+        model = train_sentencepiece(text, work / f"sp_{lang}", 150)
+        pieces += [model.id_to_piece(i) for i in range(model.get_piece_size())]
+    vocab = {"</s>": 0, "<unk>": 1}
+    for piece in pieces:
+        vocab.setdefault(piece, len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (work / "marian_vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    MarianTokenizer(source_spm=str(work / "sp_src.model"), target_spm=str(work / "sp_tgt.model"),
+                    vocab=str(work / "marian_vocab.json"), model_max_length=512).save_pretrained(folder)
+    pad = len(vocab) - 1
+    MarianMTModel(tiny(MarianConfig, len(vocab), pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
+                       forced_eos_token_id=0)).save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def teachers(tiny_en_de, tmp_path_factory):
     """{"marian": folder, "m2m100": folder, "ct2": folder, "m2m100-ct2": folder}: the teachers' vocabularies
@@ -52,29 +74,14 @@ def teachers(tiny_en_de, tmp_path_factory):
     source.spm, target.spm), "m2m100-ct2" the M2M100 model converted, with its sentencepiece.bpe.model."""
     import torch
     from ctranslate2.converters import TransformersConverter
-    from transformers import (M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer, MarianConfig,
-                              MarianMTModel, MarianTokenizer)
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
     from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
 
     work = tmp_path_factory.mktemp("published")
     text = {lang: lines(tiny_en_de / "raw" / f"train.{lang}") for lang in ("en", "de")}
     models = {}
     torch.manual_seed(1)
-    pieces = []
-    for lang in ("en", "de"):
-        model = train_sentencepiece(text[lang], work / f"sp_{lang}", 150)
-        pieces += [model.id_to_piece(i) for i in range(model.get_piece_size())]
-    vocab = {"</s>": 0, "<unk>": 1}
-    for piece in pieces:
-        vocab.setdefault(piece, len(vocab))
-    vocab["<pad>"] = len(vocab)
-    (work / "marian_vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    models["marian"] = work / "marian"
-    MarianTokenizer(source_spm=str(work / "sp_en.model"), target_spm=str(work / "sp_de.model"),
-                    vocab=str(work / "marian_vocab.json"), model_max_length=512).save_pretrained(models["marian"])
-    pad = len(vocab) - 1
-    MarianMTModel(tiny(MarianConfig, len(vocab), pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
-                       forced_eos_token_id=0)).save_pretrained(models["marian"])
+    models["marian"] = marian_teacher(text["en"], text["de"], work, work / "marian")
 
     joint = train_sentencepiece(text["en"] + text["de"], work / "sp_joint", 200, "bpe")
     encoder = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}

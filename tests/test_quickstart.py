@@ -92,24 +92,11 @@ def test_the_quickstart_runs_as_written_from_raw_text_to_a_tested_student(quicks
 def test_the_quickstart_with_a_published_teacher_reaches_choose(quickstarted):
     """The second block, with a tiny MarianMT folder (an OPUS-MT model's layout, test_generate_published) standing
     for the downloaded one: its set comes in the student's tokens, and choose ranks it beside the main one's."""
-    from test_generate_published import lines, tiny, train_sentencepiece
-    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+    from test_generate_published import lines, marian_teacher
 
     folder, _ = quickstarted
-    teacher = folder / "opus-mt-en-ro"
-    pieces = []
-    for lang, theirs in (("en", "en"), ("ro", "ro")):
-        model = train_sentencepiece(lines(folder / "raw" / f"train.{theirs}"), folder / f"sp_{lang}", 150)
-        pieces += [model.id_to_piece(i) for i in range(model.get_piece_size())]
-    vocab = {"</s>": 0, "<unk>": 1}
-    for piece in pieces:
-        vocab.setdefault(piece, len(vocab))
-    vocab["<pad>"] = len(vocab)
-    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    MarianTokenizer(source_spm=str(folder / "sp_en.model"), target_spm=str(folder / "sp_ro.model"),
-                    vocab=str(folder / "vocab.json"), model_max_length=512).save_pretrained(teacher)
-    MarianMTModel(tiny(MarianConfig, len(vocab), pad_token_id=len(vocab) - 1, eos_token_id=0,
-                       decoder_start_token_id=len(vocab) - 1, forced_eos_token_id=0)).save_pretrained(teacher)
+    marian_teacher(lines(folder / "raw" / "train.en"), lines(folder / "raw" / "train.ro"), folder,
+                   folder / "opus-mt-en-ro")
     commands = quickstart(1)
     assert [shlex.split(c)[:3] for c in commands] == [["python", "-m", "nat_kd.generate_distilled"],
                                                       ["python", "-m", "nat_kd.choose"]]

@@ -30,23 +30,67 @@ PILOT_UPDATES = (250, 500, 1000, 1500)
 AGREEMENT = Path(__file__).with_name("pilot_agreement.json")  # the committed studies' agreement, for nat_kd.choose
 
 
-def students_by_family(records: dict[str, dict]) -> dict[tuple[str, str], dict[str, dict]]:
-    """(family, shape) -> training set label -> the result of its seed-1 student with a learning curve, from a
-    study's step records (the label is the distilled set's name, or "real"; the shape LAYERSxWIDTH); students of
-    other corpora (the multi-modality experiment) are left out."""
+def students(records: dict[str, dict]):
+    """(family, shape, training set label, seed, result) of every student with a learning curve in a study's step
+    records (the label is the distilled set's name, or "real"; the shape LAYERSxWIDTH); students of other
+    corpora (the multi-modality experiment) are left out."""
     from .plan import shape_label
 
-    out: dict[tuple[str, str], dict[str, dict]] = {}
     for record in records.values():
         settings, result = record.get("settings", {}), record.get("result", {})
-        if (record.get("kind") != "train" or not settings.get("nat_family") or settings.get("seed", 1) != 1
-                or settings.get("prepare") != "prepare" or "curve" not in result or result.get("test_bleu") is None):
+        if (record.get("kind") != "train" or not settings.get("nat_family") or settings.get("prepare") != "prepare"
+                or "curve" not in result or result.get("test_bleu") is None):
             continue
         data = settings.get("data")
         label = "real" if data is None else records.get(data, {}).get("result", {}).get("name", data)
-        key = settings["nat_family"], shape_label(settings["arch"], settings.get("shape"))
-        out.setdefault(key, {})[label] = result
+        yield (settings["nat_family"], shape_label(settings["arch"], settings.get("shape")), label,
+               settings.get("seed", 1), result)
+
+
+def students_by_family(records: dict[str, dict]) -> dict[tuple[str, str], dict[str, dict]]:
+    """(family, shape) -> training set label -> the result of its seed-1 student (the seed that ranks the sets)."""
+    out: dict[tuple[str, str], dict[str, dict]] = {}
+    for family, shape, label, seed, result in students(records):
+        if seed == 1:
+            out.setdefault((family, shape), {})[label] = result
     return out
+
+
+def seed_noise(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> list[dict]:
+    """How far a pilot's validation BLEU moves with the seed alone: one row per family, shape and budget at which
+    some set's student was trained with several seeds, the variance of each such set's pilots over its seeds
+    pooled by degrees of freedom (``sd``, with ``df`` for pooling rows further)."""
+    curves: dict[tuple[str, str], dict[str, list]] = {}
+    for family, shape, label, _, result in students(records):
+        curves.setdefault((family, shape), {}).setdefault(label, []).append(result["curve"])
+    rows = []
+    for (family, shape), sets in sorted(curves.items()):
+        for updates in budgets:
+            squares, df, measured = 0.0, 0, 0
+            for seeds in sets.values():
+                values = [v for curve in seeds if (v := bleu_at(curve, updates)) is not None]
+                if len(values) > 1:
+                    mean = sum(values) / len(values)
+                    squares += sum((v - mean) ** 2 for v in values)
+                    df, measured = df + len(values) - 1, measured + 1
+            if df:
+                rows.append({"study": study, "family": family, "shape": shape, "updates": updates, "sets": measured,
+                             "df": df, "sd": round(math.sqrt(squares / df), 4)})
+    return rows
+
+
+def noise_for(family: str, shape: str, updates: int, path: Path = AGREEMENT) -> dict | None:
+    """The pilots' seed noise of ``family`` at ``shape`` at the longest budget of at most ``updates``, pooled
+    over the committed studies: {"updates", "sd", "sets"}; None where none was measured."""
+    rows = [r for r in json.loads(path.read_text(encoding="utf-8")).get("noise", [])
+            if r["family"] == family and r["shape"] == shape and r["updates"] <= updates]
+    if not rows:
+        return None
+    longest = max(r["updates"] for r in rows)
+    rows = [r for r in rows if r["updates"] == longest]
+    df = sum(r["df"] for r in rows)
+    return {"updates": longest, "sd": math.sqrt(sum(r["sd"] ** 2 * r["df"] for r in rows) / df),
+            "sets": sum(r["sets"] for r in rows)}
 
 
 def agreement(study: str, records: dict[str, dict], budgets=PILOT_UPDATES) -> list[dict]:
@@ -127,7 +171,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     def go() -> int:
-        rows, sources = [], []
+        rows, noise, sources = [], [], []
         for path in map(Path, args.results):
             try:
                 results = json.loads(path.read_text(encoding="utf-8"))
@@ -136,10 +180,11 @@ def main(argv=None) -> int:
             if "steps" not in results or "profile" not in results:
                 raise NatKdError(f"{path}: no 'profile' and 'steps': not a study's results.json")
             rows += agreement(results["profile"], results["steps"], args.updates)
+            noise += seed_noise(results["profile"], results["steps"], args.updates)
             sources.append(path.as_posix())
         text = markdown(rows)
         if args.json:
-            atomic.write_json(args.json, {"sources": sources, "rows": rows})
+            atomic.write_json(args.json, {"sources": sources, "rows": rows, "noise": noise})
         if args.markdown:
             atomic.write_text(args.markdown, text)
         print(text, end="")
