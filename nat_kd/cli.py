@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import pickle
+import signal
 import sys
+import threading
+from contextlib import contextmanager, nullcontext
 from typing import Callable, Sequence
 
 from .errors import NatKdError
@@ -71,14 +75,38 @@ def is_toolkit_error(err: BaseException) -> bool:
     return plugin is not None and isinstance(err, plugin.TeacherError)
 
 
+@contextmanager
+def _stopped_line_on_sigterm():
+    """SIGTERM (a kill, the end of a job the command runs in) prints STOPPED, then ends the command as SIGTERM
+    does: at once, so that the processes it started watching it end with it (the study's local steps). A driver
+    of cluster jobs turns SIGTERM into Ctrl-C instead (nat_kd.launch.sigterm_as_interrupt), to cancel its jobs.
+    A handler can only be set from the main thread: elsewhere (a test's thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stopped(signum, frame):
+        print(STOPPED, file=sys.stderr, flush=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    previous = signal.signal(signal.SIGTERM, stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(body: Callable[[], int | None], resumable: bool = False) -> int:
     """Run a command's body; the toolkit's own errors become ``error: ...`` on stderr and exit status 2.
 
     Anything else propagates with its traceback: a plain ValueError or KeyError is a bug to fix, not a message
     for the user. A ``resumable`` command (every write atomic, every finished step kept) answers Ctrl-C, or a
-    SIGTERM turned into one, wherever it comes, with STOPPED and exit status 130."""
+    SIGTERM turned into one, wherever it comes, with STOPPED and exit status 130, and a plain SIGTERM with
+    STOPPED before it ends."""
     try:
-        return body() or 0
+        with _stopped_line_on_sigterm() if resumable else nullcontext():
+            return body() or 0
     except KeyboardInterrupt:
         if not resumable:
             raise

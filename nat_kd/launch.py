@@ -2,8 +2,10 @@
 
 The study driver (``nat_kd.study``) submits its steps and the generator (``nat_kd.generate_distilled``) its
 shards through this module. It holds what the two share: the ``[launcher]`` settings and the
-``[resources.KIND]`` tables of a TOML file, the submitit executor they make, the sbatch script a
-``--dry-run`` prints, and how a submitted job is found again by a later run (a detached driver's jobs).
+``[resources.KIND]`` tables of a TOML file (one file serves both: each reads its own kinds and notes the
+other's), the submitit executor they make, the sbatch script a ``--dry-run`` prints, how a job's Slurm state is
+read (still running, ended from outside and worth resubmitting, or ended for good), and how a submitted job is
+found again by a later run (a detached driver's jobs).
 
 Launchers: ``local`` (the commands' own in-process runs: nothing here is used), ``slurm`` (sbatch), and
 ``submitit-local`` (submitit's LocalExecutor: each job a process on this machine, through the same code as
@@ -12,6 +14,7 @@ Launchers: ``local`` (the commands' own in-process runs: nothing here is used), 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shlex
@@ -24,6 +27,7 @@ from pathlib import Path
 from nat_kd import atomic
 from nat_kd.errors import NatKdError
 
+logger = logging.getLogger("nat_kd.launch")
 LAUNCHERS = ("local", "slurm", "submitit-local")
 # submitit's own names for the two cluster launchers (``debug`` runs jobs in the driver: the tests use it)
 _SUBMITIT_CLUSTER = {"slurm": "slurm", "submitit-local": "local", "debug": "debug"}
@@ -65,13 +69,45 @@ class LauncherSettings:
     gpu_type: str | None = None  # the GPU type of every job that asks for GPUs: --gpus-per-node=TYPE:N
     sbatch: dict = field(default_factory=dict)  # any other sbatch option of every job, e.g. {mail_type = "FAIL"}
     poll_seconds: float = 30.0  # how often the driver asks the scheduler about its jobs
-    max_retries: int = 2  # generator shards: how often a shard that died is resubmitted
+    max_retries: int = 2  # how often a job ended from outside its work (RETRIED_STATES) is resubmitted
 
+
+# One cluster file serves both commands that submit jobs. What each kind of job asks for unless
+# [resources.KIND] (or the study's [resources."STEP NAME"]) says otherwise, sized for the paper profile on one GPU
+# a model job (docs/study.md, "On a cluster": where the hours come from)
+STUDY, GENERATOR = "python -m nat_kd.study", "python -m nat_kd.generate_distilled"
+JOB_RESOURCES = {
+    "prepare": Resources(gpus=0, cpus=4, mem_gb=16, hours=4),  # sentencepiece and binarizing, CPU only
+    # fairseq-train, then decoding valid and test; a checkpoint every 2,000 updates (about half an hour of a
+    # base model on one GPU, a tenth of a WMT14 epoch) is what a requeued job does again at most
+    "train": Resources(gpus=1, cpus=8, mem_gb=32, hours=72, save_updates=2000),
+    "distil": Resources(gpus=1, cpus=8, mem_gb=32, hours=24),  # one teacher decoding the training set (or a shard)
+    "mix": Resources(gpus=0, cpus=4, mem_gb=16, hours=4),  # a distilled set with real targets mixed in, binarized
+    "analysis": Resources(gpus=0, cpus=2, mem_gb=32, hours=24),  # fast_align-style tables over every set
+    # decoding and training speed: timed on one thread each, so on CPUs; the second core keeps the job's own
+    # bookkeeping off the timed one
+    "speed": Resources(gpus=0, cpus=2, mem_gb=16, hours=24),
+    "modes": Resources(gpus=0, cpus=2, mem_gb=16, hours=2),  # unigram language models and a few test sets
+    # the generator's merge when no shard merged: reading the chunks, binarizing (CPU work of minutes)
+    "merge": Resources(gpus=0, cpus=4, mem_gb=32, hours=2),
+}
+# [resources] keys about a job's work rather than its size, and the kinds whose work reads each, by command: a
+# kind without gpus runs on CPUs only, fp16 and save_updates are read by the study's jobs (the generator's
+# precision is its --fp16)
+WORK_KEYS = ("gpus", "gpu_type", "fp16", "save_updates")
+KINDS = {STUDY: {"prepare": (), "train": WORK_KEYS, "distil": ("gpus", "gpu_type", "fp16"), "mix": (),
+                 "analysis": (), "speed": (), "modes": ()},
+         GENERATOR: {"distil": ("gpus", "gpu_type"), "merge": ()}}
 
 # the type of each key of [launcher] and [resources.KIND] that is not a string
 _TYPES = {"setup": list, "sbatch": dict, "max_jobs": int, "max_retries": int, "gpus": int, "cpus": int,
           "mem_gb": (int, float), "hours": (int, float), "poll_seconds": (int, float), "fp16": bool,
           "save_updates": int}
+# the least of each number (sbatch refuses a job array of --array=0-15%0, a --time=0 means no limit at all)
+_LEAST = {"max_jobs": 1, "cpus": 1, "gpus": 0, "max_retries": 0, "save_updates": 0}
+_POSITIVE = ("mem_gb", "hours", "poll_seconds")
+# a GPU type as sbatch's --gpus-per-node=TYPE:N takes it (the count comes from gpus)
+_GPU_TYPE = re.compile(r"[A-Za-z0-9][\w.-]*")
 # sbatch options that ask for GPUs: beside submitit's --gpus-per-node (which `gpus` and `gpu_type` make) recent
 # Slurm refuses them, and on a CPU job they would put a GPU where none is used
 GPU_COUNT_OPTIONS = ("gpus", "gpus_per_node", "gpus_per_task", "gpus_per_socket", "num_gpus")
@@ -104,6 +140,12 @@ def _checked(cls, table: dict, where: str):
         if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
             name = getattr(expected, "__name__", "a number")
             raise LaunchError(f"{where}.{f.name} = {value!r}: expected {name}")
+        least = _LEAST.get(f.name)
+        if (least is not None and value < least) or (f.name in _POSITIVE and value <= 0):
+            raise LaunchError(f"{where}.{f.name} = {value!r}: must be "
+                              + (f"{least} or more" if least is not None else "more than 0"))
+        if f.name == "gpu_type" and not _GPU_TYPE.fullmatch(value):
+            raise LaunchError(f'{where}.{f.name} = {value!r}: a GPU type alone (e.g. "h100"); the count is gpus')
         if f.name == "sbatch":
             value = _sbatch_options(value, where, every_job=cls is LauncherSettings)
         values[f.name] = tuple(value) if f.name == "setup" else value
@@ -117,19 +159,23 @@ def _checked(cls, table: dict, where: str):
 class ClusterConfig:
     """``[launcher]`` and ``[resources]`` of a config: how jobs are submitted and what each kind asks for.
 
-    ``resources`` maps a job kind (the study's step kinds, ``distil`` for the generator's shards) or a
-    study step's name to its overrides of the defaults."""
+    ``resources`` maps a job kind (JOB_RESOURCES) or a study step's name to its overrides of the defaults."""
     launcher: LauncherSettings = field(default_factory=LauncherSettings)
-    resources: dict = field(default_factory=dict)  # kind or step name -> {gpus, cpus, mem_gb, hours}
+    resources: dict = field(default_factory=dict)  # kind or step name -> {gpus, cpus, mem_gb, hours, ...}
 
-    def resources_for(self, defaults: dict[str, Resources], kind: str, name: str | None = None) -> Resources:
-        """The kind's default, under the [resources.KIND] keys, under the [resources."STEP NAME"] keys (an
-        sbatch table adds its options to the kind's)."""
-        out = defaults.get(kind, Resources())
+    def resources_for(self, command: str, kind: str, name: str | None = None) -> Resources:
+        """What a job of ``command`` asks for: the kind's default, under the [resources.KIND] keys, under the
+        [resources."STEP NAME"] keys (an sbatch table adds its options to the kind's); only the keys the command
+        reads of the kind (check_tables has noted the others); a GPU job without a gpu_type of its own gets
+        [launcher]'s, so that its record says what it asked for."""
+        out = JOB_RESOURCES.get(kind, Resources())
+        reads = KINDS[command].get(kind, WORK_KEYS)  # a kind of neither command (the tests' own) reads them all
         for key in (kind, name):
             if key in self.resources:
-                table = self.resources[key]
+                table = {k: v for k, v in self.resources[key].items() if k not in WORK_KEYS or k in reads}
                 out = replace(out, **{**table, "sbatch": {**out.sbatch, **table.get("sbatch", {})}})
+        if out.gpus and not out.gpu_type:
+            out = replace(out, gpu_type=self.launcher.gpu_type)
         return out
 
     def over(self, other: ClusterConfig) -> ClusterConfig:
@@ -139,6 +185,48 @@ class ClusterConfig:
                                              if getattr(other.launcher, f.name) != getattr(LauncherSettings(), f.name)})
         resources = {k: {**self.resources.get(k, {}), **v} for k, v in {**self.resources, **other.resources}.items()}
         return ClusterConfig(launcher, resources)
+
+
+def table_name(key: str) -> str:
+    """A [resources] table as the file spells it (a step name holds a dot, so it is quoted)."""
+    return f'[resources."{key}"]' if "." in key else f"[resources.{key}]"
+
+
+def check_tables(cluster: ClusterConfig, command: str, where: str, steps: dict[str, str] | None = None,
+                 here: dict[str, str] | None = None) -> None:
+    """The [resources] tables as ``command`` reads them, checked before anything is submitted: a table names a
+    job kind, or a step of the study (``steps``: its step names and their kinds); a key about the work names
+    work that reads it. What is only the other command's (its kinds, the study's step tables in the generator,
+    a key its jobs of the kind read) is ignored, in one note on stderr; ``here``: the command's own option for
+    such a key, named in the note. Anything else is a mistake: a LaunchError naming ``where`` (the file), the
+    table and the key."""
+    other = GENERATOR if command == STUDY else STUDY
+    ignored = []
+    for key, table in cluster.resources.items():
+        kind = (steps or {}).get(key, key)
+        if kind not in KINDS[command]:
+            if kind in KINDS[other] or (command == GENERATOR and "." in key):
+                ignored.append(table_name(key))
+                continue
+            step = (f"a step of this study ({STUDY} CONFIG --list names them)" if command == STUDY
+                    else 'a step of a study (a quoted name with a dot, e.g. [resources."teacher.big"])')
+            raise LaunchError(f"{where}: {table_name(key)} is neither a job kind ({', '.join(JOB_RESOURCES)}) "
+                              f"nor {step}")
+        for name in WORK_KEYS:
+            value = table.get(name)
+            if not value or name in KINDS[command][kind]:
+                continue  # gpus = 0, fp16 = false: what a CPU job has anyway
+            if name in KINDS[other].get(kind, ()):
+                ignored.append(f"{table_name(key)} {name}" + (f" ({here[name]})" if name in (here or {}) else ""))
+            elif name == "gpus":
+                raise LaunchError(f"{where}: {table_name(key)}.gpus = {value!r}: {kind} jobs run on CPUs only, so "
+                                  f"the GPU would sit idle for the job's time; drop gpus")
+            else:
+                readers = sorted({k for kinds in KINDS.values() for k, reads in kinds.items() if name in reads})
+                raise LaunchError(f"{where}: {table_name(key)}.{name} = {value!r}: only {' and '.join(readers)} "
+                                  f"jobs read {name}; drop it")
+    if ignored:
+        print(f"note: {where}: ignored here, for {other}: {', '.join(ignored)}", file=sys.stderr)
 
 
 def add_launcher_arguments(parser, docs: str, *, launcher: str, cluster: str, dry_run: str, detach: str) -> None:
@@ -194,13 +282,9 @@ def read_cluster_file(path: str | Path) -> ClusterConfig:
     return cluster_config(tables, str(path))
 
 
-def check_job(resources: Resources, where: str, takes: tuple[str, ...] = ()) -> None:
-    """What one job asks for fits together, before anything is submitted: ``takes``, the keys beyond the
-    scheduler's that its work uses (fp16, save_updates); ``where``, the job and its tables, for the message."""
-    for key in ("fp16", "save_updates"):
-        if getattr(resources, key) and key not in takes:
-            raise LaunchError(f"{where}: {key} is not for these jobs (only for {', '.join(takes) or 'none'}); "
-                              "drop it")
+def check_job(resources: Resources, where: str) -> None:
+    """What one job asks for fits together, before anything is submitted (``where``: the job and its tables,
+    for the message): nothing about GPUs on a job without one."""
     if not resources.gpus:
         asks = [key for key in ("fp16", "gpu_type") if getattr(resources, key)]
         asks += [f"sbatch {key}" for key in GPU_OPTIONS if key in resources.sbatch]
@@ -219,9 +303,8 @@ def executor_parameters(resources: Resources, settings: LauncherSettings, name: 
               "slurm_array_parallelism": settings.max_jobs}
     if resources.gpus:  # no GPU: no gres request at all (some CPU partitions refuse even --gpus-per-node=0)
         params["gpus_per_node"] = resources.gpus  # an int for submitit-local, which hands out GPUs itself
-        gpu_type = resources.gpu_type or settings.gpu_type
-        if gpu_type:
-            params["slurm_gpus_per_node"] = f"{gpu_type}:{resources.gpus}"
+        if resources.gpu_type:
+            params["slurm_gpus_per_node"] = f"{resources.gpu_type}:{resources.gpus}"
     for key in ("partition", "account", "qos", "constraint"):
         if getattr(settings, key):
             params[f"slurm_{key}"] = getattr(settings, key)
@@ -340,7 +423,9 @@ def still_running(job, launcher: str) -> bool:
         if job.paths.result_pickle.exists():
             return False
         return _process_alive(job.job_id)  # a LocalExecutor job's id is its controller's pid
-    return not job.done()  # submitit's shared watcher: one sacct call for all the jobs, at most every minute
+    # submitit's shared watcher asks sacct about all the jobs in one call, at most every minute; not its
+    # job.done(), which counts PREEMPTED as unfinished: where preemption cancels, the driver would wait for ever
+    return not job.paths.result_pickle.exists() and classify(job.state) == "active"
 
 
 def _process_alive(pid: str) -> bool:
@@ -353,21 +438,64 @@ def _process_alive(pid: str) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-# the scheduler's states of a job ended by something outside its work: preempted, its node failed, its time
-# limit (after submitit's own requeues); submitit-local's job killed by a signal stands for these
+# Slurm's states of a job that will still run: queued, running, or requeued by Slurm itself (submitit's requeue
+# near the time limit, a preemption that requeues), which runs it again under the same id; UNKNOWN is
+# submitit's until sacct knows a new job
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
+                 "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "READY", "UNKNOWN")
+# the end states of a job stopped by a cause outside its work, so that running it again may succeed: preempted
+# (where preemption cancels), its node failed or did not boot, its time limit (after submitit's requeues);
+# submitit-local's job killed by a signal stands for these. Any other end is final: the job's own error, out of
+# memory, cancelled, and also a COMPLETED job without a result.
 RETRIED_STATES = ("PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "INTERRUPTED")
 
 
-def outside_cause(job, error: BaseException) -> str | None:
-    """The scheduler's state when ``job`` left no result because of a cause outside its work (RETRIED_STATES),
-    so that running it again may succeed; None for the job's own error (its settings, its teacher: the same
-    again), and for a job out of memory or cancelled."""
+def classify(state: str) -> str:
+    """A job's state as the drivers of both commands treat it: "active", "retried" or "final" (above); sacct's
+    "CANCELLED by 1000" is CANCELLED."""
+    state = state.split(" ")[0].upper()
+    return "active" if state in ACTIVE_STATES else "retried" if state in RETRIED_STATES else "final"
+
+
+class JobFailed(Exception):
+    """A job that ended without its result: the message says which job and why; ``retry`` is its end state
+    when that is a RETRIED_STATES one (running it again may succeed), else None."""
+
+    def __init__(self, message: str, retry: str | None):
+        super().__init__(message)
+        self.retry = retry
+
+
+def job_result(job, launcher: str):
+    """The result of a job that is no longer running (``still_running``), else JobFailed."""
+    from submitit.core.utils import UncompletedJobError
+
+    try:
+        if not job.paths.result_pickle.exists() and classify(job.state) == "retried":
+            # submitit's result() would wait for a PREEMPTED job to end, for ever
+            raise UncompletedJobError(f"has not produced any output (state: {job.state})")
+        return job.result()
+    except Exception as err:  # noqa: BLE001 - the job's own error (its traceback), or the scheduler's end of it
+        state = str(job.state).split(" ")[0].upper() if _left_no_result(err) else ""
+        raise JobFailed(job_failure(job, launcher, err), state if classify(state) == "retried" else None) from None
+
+
+def _left_no_result(error: BaseException) -> bool:
+    """Whether a job's result() raised because the job left no result (the scheduler ended it), rather than
+    the job's own error (submitit's FailedJobError, a kind of UncompletedJobError, holds its traceback)."""
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
-    if isinstance(error, FailedJobError) or not isinstance(error, UncompletedJobError):
-        return None  # FailedJobError: the job raised, and its traceback is the error
-    state = str(job.state).split(" ")[0].upper()
-    return state if state in RETRIED_STATES else None
+    return isinstance(error, UncompletedJobError) and not isinstance(error, FailedJobError)
+
+
+def resubmits(failed: JobFailed, retries: int, settings: LauncherSettings, what: str, resumes: str) -> bool:
+    """Whether a job that failed is submitted again, having been ``retries`` times already: only for a cause
+    outside its work (its own error would fail the same way again), up to [launcher] max_retries; says so."""
+    if failed.retry is None or retries >= settings.max_retries:
+        return False
+    logger.warning("%s was stopped from outside its work (%s); resubmitting it (retry %d of %d), it resumes from "
+                   "%s", what, failed.retry, retries + 1, settings.max_retries, resumes)
+    return True
 
 
 def wait_for(job, launcher: str, poll_seconds: float, stop) -> None:
@@ -393,11 +521,12 @@ def tail(path: Path | None, lines: int = 15) -> str:
 
 def job_failure(job, launcher: str, error: BaseException) -> str:
     """Which job failed and why (``error``: what its result raised): the job's own exception's last line, or
-    the scheduler's state for a job killed from outside (timed out, out of memory, cancelled)."""
+    for a job that left no result (timed out, out of memory, cancelled) the scheduler's state with the last line
+    of its error stream. A job that raised has no state here: sacct may not have seen it end yet (RUNNING)."""
     lines = [line.strip() for line in str(error).splitlines()]
     raised = [line for line in lines if re.match(r"[\w.]+(Error|Exception|Interrupt|Exit)\b", line)]
     cause = raised[-1] if raised else next((line for line in lines if line), type(error).__name__)
-    state = "" if launcher == "debug" else f", state {job.state}"
+    state = f", state {job.state}" if _left_no_result(error) and launcher != "debug" else ""
     return f"{launcher} job {job.job_id}{state}: {cause}\n  job stderr: {job.paths.stderr}"
 
 

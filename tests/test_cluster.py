@@ -6,13 +6,15 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import cloudpickle
 import pytest
 
 from conftest import process_running
-from nat_kd.launch import ClusterConfig, LauncherSettings, LaunchError, Resources, cluster_config, read_cluster_file
+from nat_kd.launch import (ClusterConfig, LauncherSettings, LaunchError, Resources, Submitted, cluster_config,
+                           read_cluster_file)
 from nat_kd.study.cluster import JobLauncher
 from nat_kd.study.steps import Runner, Step, StepError
 
@@ -285,7 +287,7 @@ def test_paper_dry_run_prints_every_job_with_its_sbatch_options(tmp_path, capsys
     cluster.write_text('[resources."teacher.huge"]\ngpus = 4\n')
     assert main(["paper", "--launcher", "slurm", "--cluster", str(cluster), "--dry-run",
                  "--out", str(tmp_path / "paper")]) == 2
-    assert "[resources.teacher.huge] is neither a step kind" in capsys.readouterr().err
+    assert '[resources."teacher.huge"] is neither a job kind' in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["study", "choose", "generate_distilled"])
@@ -503,14 +505,11 @@ def test_bad_inputs_are_refused_before_any_job_is_submitted(micro_local, tmp_pat
 
 
 def test_only_a_cause_outside_the_job_is_retried(micro_local, tmp_path, monkeypatch):
-    """A shard's own error (its settings, its teacher) would fail again: reported, never resubmitted; a shard
-    preempted, on a failed node or past its time limit is resubmitted."""
-    from submitit.core.utils import FailedJobError, UncompletedJobError
-
+    """A shard's own error (its settings, its teacher) would fail again: reported, never resubmitted (a shard
+    preempted is: test_a_preempted_shard_is_resubmitted_and_the_array_is_collected)."""
     from nat_kd.distill.__main__ import build_parser, config_from_args
     from nat_kd.distill.cluster import ShardJob, ShardLauncher
     from nat_kd.errors import SettingsError
-    from nat_kd.launch import outside_cause
 
     _, _, records = micro_local
     calls = []
@@ -527,14 +526,6 @@ def test_only_a_cause_outside_the_job_is_retried(micro_local, tmp_path, monkeypa
     with pytest.raises(LaunchError, match="shard 0 of .* failed 1 time"):
         launcher.run()
     assert calls == [0]  # the old code resubmitted it max_retries times
-
-    class Job:
-        def __init__(self, state):
-            self.state = state
-    assert [outside_cause(Job(state), UncompletedJobError("no output")) for state in
-            ("NODE_FAIL", "PREEMPTED", "TIMEOUT", "INTERRUPTED", "OUT_OF_MEMORY", "CANCELLED by 1000")] == \
-        ["NODE_FAIL", "PREEMPTED", "TIMEOUT", "INTERRUPTED", None, None]
-    assert outside_cause(Job("FAILED"), FailedJobError("Traceback ... SettingsError: ...")) is None
 
 
 def test_jobs_near_their_time_limit_are_requeued_with_the_same_call():
@@ -590,7 +581,8 @@ def test_gpu_type_and_per_kind_options_reach_only_their_jobs_with_the_setup_line
      "on a job without a GPU (gpus = 0): set gpus = 1, or drop it"),
     ('[resources.distil]\ngpus = 0\nfp16 = true\n', "step distil.tiny.beam ([resources.distil]): fp16 on a job "
      "without a GPU"),
-    ('[resources.analysis]\nfp16 = true\n', "step analysis ([resources.analysis]): fp16 is not for these jobs"),
+    ('[resources.analysis]\nfp16 = true\n', "[resources.analysis].fp16 = True: only distil and train jobs read fp16; "
+     "drop it"),
 ])
 def test_gpu_options_that_would_mix_or_reach_a_cpu_job_are_refused_in_one_line(tmp_path, capsys, text, message):
     code, out, err, cluster = _paper_dry_run(tmp_path, capsys, text)
@@ -644,8 +636,9 @@ def test_training_saves_every_n_updates_in_fp16_and_counts_the_updates_a_requeue
 
 
 class _FakeSlurm:
-    """sbatch, sacct and srun on PATH: sbatch keeps each script it is given and answers a new job id; sacct answers
-    the states in states.json (PENDING for the others)."""
+    """sbatch, sacct, scancel and srun on PATH: sbatch keeps each script it is given and answers a new job id;
+    sacct answers the states in states.json (PENDING for the others, an array's tasks for its id); scancel notes the id and makes it
+    CANCELLED."""
 
     def __init__(self, folder: Path, monkeypatch, first_id: int):
         self.folder = folder
@@ -662,8 +655,17 @@ states = pathlib.Path({str(folder)!r}) / "states.json"
 states = json.loads(states.read_text()) if states.is_file() else {{}}
 ids = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "-j"]
 print("JobID|State|NodeList")
-for i in ids:
-    print(f"{{i}}|{{states.get(i, 'PENDING')}}|node1")
+for i in ids:  # an array's id stands for its tasks, as in sacct
+    for task in [k for k in states if k.startswith(i + "_")] or [i]:
+        print(f"{{task}}|{{states.get(task, 'PENDING')}}|node1")
+""",
+            "scancel": f"""import json, pathlib, sys
+folder = pathlib.Path({str(folder)!r})
+with open(folder / "cancelled.txt", "a") as cancelled:
+    cancelled.write(sys.argv[-1] + "\\n")
+states = folder / "states.json"
+known = json.loads(states.read_text()) if states.is_file() else {{}}
+states.write_text(json.dumps({{**known, sys.argv[-1]: "CANCELLED by 1000"}}))
 """,
             "srun": "import sys\nsys.exit(1)\n"}
         for name, body in scripts.items():
@@ -671,6 +673,16 @@ for i in ids:
             path.write_text(f"#!{sys.executable}\n{body}")
             path.chmod(0o755)
         monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+    def set_states(self, **states) -> None:
+        """sacct answers these states from now on (job id -> state)."""
+        path = self.folder / "states.json"
+        known = json.loads(path.read_text()) if path.is_file() else {}
+        path.write_text(json.dumps({**known, **states}))
+
+    def cancelled(self) -> list[str]:
+        path = self.folder / "cancelled.txt"
+        return path.read_text().split() if path.is_file() else []
 
     def jobs(self) -> dict:
         """Job id -> its sbatch script's name and dependency."""
@@ -803,3 +815,240 @@ def test_detach_dry_run_shows_each_jobs_dependencies(tmp_path, capsys):
     assert "#SBATCH --dependency=afterok:prepare" in _job_block(out, "teacher.big")
     assert "#SBATCH --dependency=afterok:prepare:teacher.big" in _job_block(out, "distil.big.beam")
     assert "--dependency" not in _job_block(out, "prepare")
+
+
+# ------------------------------------------------------------------ Slurm's end states, checked numbers, one schema
+
+
+def _first_id():
+    """Job ids no other test's jobs had: submitit's watcher keeps the states of every job it was asked about."""
+    return 1000 + int(time.time() * 1000) % 10 ** 9 * 10
+
+
+def _result(folder, job_id, value):
+    """What a finished job leaves for its driver: submitit's result pickle."""
+    import submitit
+    from submitit.core.utils import cloudpickle_dump
+
+    cloudpickle_dump(("success", value), submitit.SlurmJob(folder=folder, job_id=job_id).paths.result_pickle)
+
+
+def _until(condition, what, seconds=60):
+    deadline = time.time() + seconds
+    while not condition():
+        assert time.time() < deadline, what
+        time.sleep(0.1)
+
+
+def test_slurm_end_states_are_classified_once():
+    from nat_kd.launch import classify
+
+    states = {"PREEMPTED": "retried", "NODE_FAIL": "retried", "TIMEOUT": "retried", "BOOT_FAIL": "retried",
+              "INTERRUPTED": "retried",  # submitit-local's job killed by a signal
+              "REQUEUED": "active", "REQUEUE_HOLD": "active", "PENDING": "active", "RUNNING": "active",
+              "COMPLETING": "active", "UNKNOWN": "active", "FAILED": "final", "OUT_OF_MEMORY": "final",
+              "CANCELLED by 1000": "final", "COMPLETED": "final", "DEADLINE": "final"}
+    assert {state: classify(state) for state in states} == states
+
+
+def test_a_preempted_shard_is_resubmitted_and_the_array_is_collected(tmp_path, monkeypatch):
+    """sacct says PREEMPTED (a cluster whose preemption cancels): the shard is submitted again, not waited on."""
+    import threading
+
+    from nat_kd.distill.cluster import ShardLauncher
+    from nat_kd.distill.config import DistillConfig
+
+    first = _first_id()
+    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
+    monkeypatch.setattr(ShardLauncher, "_check", lambda self: False)  # no teacher to load: the jobs are stand-ins
+    cfg = DistillConfig(teachers=[str(tmp_path / "t.pt")], out_dir=str(tmp_path / "out"), num_shards=2)
+    launcher = ShardLauncher(cfg, "slurm", ClusterConfig(LauncherSettings(poll_seconds=0.1)))
+    merged = []
+    driver = threading.Thread(target=lambda: merged.append(launcher.run()), daemon=True)
+    driver.start()
+    _until(lambda: slurm.jobs(), "the array was not submitted")
+    slurm.set_states(**{f"{first}_0": "PREEMPTED", f"{first}_1": "RUNNING"})
+    _until(lambda: len(slurm.jobs()) == 2, "the preempted shard was not resubmitted")
+    again = str(first + 1)
+    assert slurm.jobs()[again] == ("distil.out", None)  # one job, shard 0 of the same command
+    assert "--array" not in (slurm.folder / f"job-{again}.sh").read_text()
+    assert Submitted.read(tmp_path / "out.jobs" / "shard-0.submitted.json").job_id == again
+    _result(tmp_path / "out.jobs", f"{first}_1", False)
+    _result(tmp_path / "out.jobs", again, True)  # the last shard merged
+    slurm.set_states(**{f"{first}_1": "COMPLETED", again: "COMPLETED"})
+    driver.join(60)
+    assert merged == [True] and len(slurm.jobs()) == 2
+
+
+def test_a_preempted_step_is_resubmitted(tmp_path, monkeypatch):
+    """The study's driven runner reads the same classification: a PREEMPTED step's job is submitted again."""
+    import threading
+
+    first = _first_id()
+    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
+    root = tmp_path / "study"
+    records = []
+    runner = Runner(root, launcher=JobLauncher(root, "slurm", FAST))
+    driver = threading.Thread(target=lambda: records.append(runner.run([_plan()[0]])), daemon=True)
+    driver.start()
+    _until(lambda: slurm.jobs(), "the step was not submitted")
+    slurm.set_states(**{str(first): "PREEMPTED"})
+    _until(lambda: len(slurm.jobs()) == 2, "the preempted step was not resubmitted")
+    record = {"result": {"text": "1"}, "wall_seconds": 1.0}
+    _result(root / "jobs" / "a", str(first + 1), record)
+    slurm.set_states(**{str(first + 1): "COMPLETED"})
+    driver.join(60)
+    assert records == [{"a": record}] and [name for name, _ in slurm.jobs().values()] == ["a", "a"]
+
+
+def test_a_jobs_own_error_is_reported_without_the_state_sacct_last_said():
+    """A job that raised left its traceback: that is the cause, whatever sacct said when the driver last asked
+    (often RUNNING still)."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    from nat_kd.launch import job_failure
+
+    class Job:
+        job_id, state = "42_3", "RUNNING"
+        paths = type("Paths", (), {"stderr": Path("42_3_0_log.err")})
+
+    own = job_failure(Job(), "slurm", FailedJobError("Traceback ...\nnat_kd.errors.SettingsError: bad teacher"))
+    assert own.startswith("slurm job 42_3: nat_kd.errors.SettingsError: bad teacher") and "RUNNING" not in own
+    Job.state = "OUT_OF_MEMORY"
+    killed = job_failure(Job(), "slurm", UncompletedJobError("has not produced any output (state: OUT_OF_MEMORY)"))
+    assert killed.startswith("slurm job 42_3, state OUT_OF_MEMORY:")
+
+
+@pytest.mark.parametrize("table, key, value, message", [
+    ("launcher", "max_jobs", "0", "must be 1 or more"),
+    ("launcher", "max_jobs", "-1", "must be 1 or more"),
+    ("launcher", "max_retries", "-1", "must be 0 or more"),
+    ("launcher", "poll_seconds", "0", "must be more than 0"),
+    ("resources.train", "gpus", "-1", "must be 0 or more"),
+    ("resources.train", "cpus", "0", "must be 1 or more"),
+    ("resources.train", "mem_gb", "0", "must be more than 0"),
+    ("resources.train", "hours", "-5", "must be more than 0"),
+    ("resources.train", "save_updates", "-1", "must be 0 or more"),
+    ("resources.train", "gpu_type", '"h100:2"', 'a GPU type alone (e.g. "h100"); the count is gpus'),
+    ("launcher", "gpu_type", '"a100:1"', 'a GPU type alone (e.g. "h100"); the count is gpus'),
+])
+def test_every_number_of_a_cluster_file_is_range_checked(tmp_path, table, key, value, message):
+    path = tmp_path / "cluster.toml"
+    path.write_text(f"[{table}]\n{key} = {value}\n")
+    with pytest.raises(LaunchError) as err:
+        read_cluster_file(path)
+    shown = repr(tomllib.loads(f"x = {value}")["x"])
+    assert str(err.value).startswith(f"{path}: [{table}].{key} = {shown}: {message}") and "\n" not in str(err.value)
+
+
+def _generator_dry_run(tmp_path, capsys, cluster_text, *extra):
+    """The generator's dry run of a 16-shard array with ``cluster_text`` as its cluster file."""
+    from nat_kd.distill.__main__ import main
+
+    cluster = tmp_path / "generator.toml"
+    cluster.write_text(cluster_text)
+    code = main(["--teacher-path", str(tmp_path / "teacher.pt"), "--data", str(tmp_path / "bin"), "--split", "train",
+                 "--out", str(tmp_path / "distil" / "beam5"), "--num-shards", "16", "--launcher", "slurm", "--cluster",
+                 str(cluster), "--dry-run", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err, cluster
+
+
+def test_a_cpu_step_asking_for_a_gpu_is_refused(tmp_path, capsys):
+    code, out, err, cluster = _paper_dry_run(tmp_path, capsys, "[resources.analysis]\ngpus = 1\n")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {cluster}: [resources.analysis].gpus = 1: analysis jobs run on CPUs only"), err
+
+
+def test_the_generator_refuses_a_misspelt_table_as_the_study_does(tmp_path, capsys):
+    code, out, err, cluster = _generator_dry_run(tmp_path, capsys, "[resources.distill]\nhours = 2\n")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {cluster}: [resources.distill] is neither a job kind (prepare, train, distil, "
+                          "mix, analysis, speed, modes, merge) nor a step"), err
+    code, _, err, cluster = _paper_dry_run(tmp_path, capsys, "[resources.distill]\nhours = 2\n")
+    assert code == 2 and f"{cluster}: [resources.distill] is neither a job kind" in err, err
+    code, _, err, cluster = _generator_dry_run(tmp_path, capsys, "[resources.distil]\nhour = 2\n")
+    assert code == 2 and f"{cluster}: [resources.distil]: unknown key(s) hour" in err, err
+
+
+def test_one_cluster_file_serves_the_study_and_the_generator(tmp_path, capsys):
+    """What is the other command's is accepted and ignored with one note; fp16 of the study's distil steps
+    points the generator to its own --fp16."""
+    text = ('[launcher]\npartition = "gpu"\n[resources.train]\nhours = 96\nfp16 = true\nsave_updates = 1000\n'
+            '[resources.distil]\nhours = 12\nfp16 = true\n[resources.analysis]\nmem_gb = 64\n'
+            '[resources."teacher.big"]\ngpus = 4\n[resources.merge]\nhours = 1\n')
+    code, out, err, cluster = _paper_dry_run(tmp_path, capsys, text)
+    assert code == 0, err
+    assert err.strip() == (f"note: {cluster}: ignored here, for python -m nat_kd.generate_distilled: "
+                           "[resources.merge]")
+    assert "[distil: 1 GPU, 8 CPU, 32 GB, 12 h, fp16]" in out
+    code, out, err, _ = _generator_dry_run(tmp_path, capsys, text)
+    assert code == 0, err
+    assert err.strip() == (f"note: {tmp_path / 'generator.toml'}: ignored here, for python -m nat_kd.study: "
+                           "[resources.train], [resources.distil] fp16 (the teacher's precision here is --fp16), "
+                           '[resources.analysis], [resources."teacher.big"]')
+    assert "an array of 16 shard job(s) [1 GPU, 8 CPU, 32 GB, 12 h each]" in out
+    assert "[0 GPU, 4 CPU, 32 GB, 1 h]" in out and "#SBATCH --partition=gpu" in out
+
+
+def test_a_detached_rerun_resubmits_a_queued_job_whose_dependency_failed(tmp_path, monkeypatch):
+    """b waits (afterok) on a's job, which failed: the rerun submits a again, and b's job, which can never
+    start, is cancelled and submitted again after a's new job."""
+    first = _first_id()
+    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
+    root = tmp_path / "study"
+    launcher = JobLauncher(root, "slurm", FAST, detach=True)
+    launcher.submit_plan(Runner(root, launcher=launcher), _plan())
+    jobs = {name: job_id for job_id, (name, _) in slurm.jobs().items()}
+    slurm.set_states(**{jobs["a"]: "FAILED", jobs["b"]: "PENDING", jobs["c"]: "RUNNING"})
+    time.sleep(2.1)  # submitit asks sacct again at most every 2 s
+    launcher = JobLauncher(root, "slurm", FAST, detach=True)
+    lines, failures = launcher.submit_plan(Runner(root, launcher=launcher), _plan())
+    again = {name: (job_id, dependency) for job_id, (name, dependency) in slurm.jobs().items()
+             if job_id not in jobs.values()}
+    assert failures == [] and set(again) == {"a", "b"} and slurm.cancelled() == [jobs["b"]]
+    assert again["b"][1] == f"afterok:{again['a'][0]}"
+    assert lines[1] == (f"b: cancelled slurm job {jobs['b']}, which waited on a failed job of a; submitted slurm job "
+                        f"{again['b'][0]} after job(s) {again['a'][0]} ({Resources().describe()})")
+    assert lines[2] == f"c: slurm job {jobs['c']} already in the queue"
+
+
+def test_every_kind_of_step_has_its_defaults_and_a_gpu_type_is_recorded_as_the_job_got_it():
+    from nat_kd.study import config as study_config
+    from nat_kd.study.cluster import STEP_RESOURCES, step_resources
+    from nat_kd.study.plan import build_plan
+
+    kinds = {s.kind for profile in study_config.profile_names()
+             for s in build_plan(study_config.load(profile), Path("r"))}
+    assert {"speed", "mix"} <= kinds and kinds <= set(STEP_RESOURCES)
+    cluster = cluster_config({"launcher": {"gpu_type": "a100"}, "resources": {"distil": {"gpu_type": "h100"}}})
+    step = lambda name, kind: Step(name, kind, {}, None)  # noqa: E731
+    assert step_resources(cluster, step("teacher.big", "train")).gpu_type == "a100"  # what the job asks for
+    assert step_resources(cluster, step("distil.big.beam", "distil")).gpu_type == "h100"
+    assert step_resources(cluster, step("analysis", "analysis")).gpu_type is None  # a CPU job gets none
+
+
+def test_a_resumable_command_stopped_by_sigterm_says_how_to_go_on(tmp_path):
+    """The local study driver dies with SIGTERM as before (its running jobs with it), saying first what to do."""
+    ready = tmp_path / "ready"
+    code = ("import sys, time; from pathlib import Path; from nat_kd.cli import run\n"
+            f"def body():\n    Path({str(ready)!r}).touch()\n    time.sleep(60)\n"
+            "sys.exit(run(body, resumable=True))\n")
+    driver = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    _until(ready.exists, "the command did not start")
+    driver.send_signal(signal.SIGTERM)
+    _, err = driver.communicate(timeout=30)
+    assert err.strip().splitlines()[-1:] == ["stopped; rerun the same command to go on"]
+    assert driver.returncode == -signal.SIGTERM  # killed by it, as its jobs are
+
+
+def test_the_docs_example_cluster_file_serves_both_commands(tmp_path, capsys):
+    text = (ROOT / "docs" / "cluster.toml").read_text()
+    for page in ("study.md", "generate_distilled.md"):
+        assert "cluster.toml" in (ROOT / "docs" / page).read_text()
+    assert f"```toml\n{text}```" in (ROOT / "docs" / "study.md").read_text()  # shown in full
+    code, out, err, _ = _paper_dry_run(tmp_path, capsys, text, "--detach")
+    assert code == 0 and "[resources.merge]" in err and len(err.strip().splitlines()) == 1, err
+    assert "#SBATCH --dependency=afterok:prepare" in _job_block(out, "teacher.big")
+    code, out, err, _ = _generator_dry_run(tmp_path, capsys, text, "--fp16")
+    assert code == 0 and len(err.strip().splitlines()) == 1 and "--array=0-15%" in out, err

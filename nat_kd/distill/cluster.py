@@ -27,18 +27,13 @@ import submitit
 from nat_kd.artifacts import DistilledSet
 from nat_kd.hashing import sha256_json
 from nat_kd.errors import SettingsError
-from nat_kd.launch import (ClusterConfig, LaunchError, Resources, Submitted, add_launcher_arguments, check_job,
-                           job_failure, make_executor, outside_cause, read_cluster_file, sbatch_lines, sbatch_script,
-                           sigterm_as_interrupt, still_running, submission, tail)
+from nat_kd.launch import (GENERATOR, ClusterConfig, JobFailed, LaunchError, Submitted, add_launcher_arguments,
+                           check_job, check_tables, job_result, make_executor, read_cluster_file, resubmits,
+                           sbatch_lines, sbatch_script, sigterm_as_interrupt, still_running, submission, tail)
 
 from .progress import ChunkStore, shard_chunks
 
 logger = logging.getLogger("nat_kd.generate_distilled")
-# a shard of a teacher decoding its part of the corpus, and the merge of the shards' chunks when no shard merged
-# (reading the chunks, binarizing: CPU work of minutes); the [resources.distil] and [resources.merge] tables
-# change them
-SHARD_RESOURCES = {"distil": Resources(gpus=1, cpus=8, mem_gb=32, hours=24),
-                   "merge": Resources(gpus=0, cpus=4, mem_gb=32, hours=2)}
 
 
 def add_arguments(parser) -> None:
@@ -47,7 +42,8 @@ def add_arguments(parser) -> None:
         launcher="local (default): decode here; slurm: the --num-shards shards as one Slurm job array (submitit), "
                  "merged when the last ends; submitit-local: the same jobs as processes here",
         cluster="[launcher] (partition, account, max_jobs, max_retries, ...), [resources.distil] (gpus, gpu_type, "
-                "cpus, mem_gb, hours, sbatch) of each shard's job and [resources.merge] of the merge job",
+                "cpus, mem_gb, hours, sbatch) of each shard's job and [resources.merge] of the merge job; the "
+                "study's tables of the same file are ignored",
         dry_run="print the job array that would be submitted, with its sbatch options; run nothing",
         detach="on Ctrl-C or SIGTERM, leave the shards' jobs running (default: cancel them); the last one merges, "
                "and rerunning the command waits for them")
@@ -71,7 +67,8 @@ def merge(cfg) -> bool:
 
 
 class ShardLauncher:
-    def __init__(self, cfg, launcher: str, cluster: ClusterConfig, detach: bool = False):
+    def __init__(self, cfg, launcher: str, cluster: ClusterConfig, detach: bool = False, where: str = "--cluster"):
+        """``where``: the cluster file, for the messages."""
         if cfg.merge_only:
             raise LaunchError("--merge runs here: drop --launcher (the shards' jobs merge by themselves)")
         self.cfg, self.launcher, self.cluster, self.detach = cfg, launcher, cluster, detach
@@ -79,11 +76,12 @@ class ShardLauncher:
         self.out = Path(cfg.out_dir)
         self.folder = self.out.with_name(self.out.name + ".jobs")
         self.name, self.merge_name = f"nat_kd.distil.{self.out.name}", f"nat_kd.merge.{self.out.name}"
-        self.resources = cluster.resources_for(SHARD_RESOURCES, "distil")
-        self.merge_resources = cluster.resources_for(SHARD_RESOURCES, "merge")
+        # the generator's own options say how it decodes (--fp16, --compute-type): the study's fp16 is not read
+        check_tables(cluster, GENERATOR, where, here={"fp16": "the teacher's precision here is --fp16"})
+        self.resources = cluster.resources_for(GENERATOR, "distil")
+        self.merge_resources = cluster.resources_for(GENERATOR, "merge")
         for kind, resources in (("distil", self.resources), ("merge", self.merge_resources)):
-            # the generator's own options say how it decodes (--fp16, --compute-type): no [resources] key does
-            check_job(resources, f"{self.name} [resources.{kind}]")
+            check_job(resources, f"{where}: {self.name} [resources.{kind}]")
         if cfg.fp16 and not self.resources.gpus:
             raise SettingsError("--fp16 runs the teacher in half precision on a GPU: set [resources.distil] gpus = 1")
         # what the jobs compute: a marker left by another command is not waited on
@@ -169,19 +167,15 @@ class ShardLauncher:
                         continue
                     del jobs[shard]
                     try:
-                        merged = job.result() or merged
+                        merged = job_result(job, self.launcher) or merged
                         self._marker(shard).unlink(missing_ok=True)
-                    except Exception as err:  # noqa: BLE001 - the shard's error, or the scheduler's
-                        failure = job_failure(job, self.launcher, err) + tail(job.paths.stderr)
-                        cause = outside_cause(job, err)  # a job's own error would fail again: never retried
-                        if cause is None or retries[shard] >= self.cluster.launcher.max_retries:
+                    except JobFailed as failed:
+                        if not resubmits(failed, retries[shard], self.cluster.launcher, f"shard {shard}",
+                                         "its saved chunks"):
                             failures.append(f"shard {shard} of {self.out} failed {retries[shard] + 1} time(s); the "
-                                            f"last: {failure}")
+                                            f"last: {failed}" + tail(job.paths.stderr))
                             continue
                         retries[shard] += 1
-                        logger.warning("shard %d was stopped from outside (%s); resubmitting it (retry %d of %d), it "
-                                       "resumes from its saved chunks", shard, cause, retries[shard],
-                                       self.cluster.launcher.max_retries)
                         try:
                             with submission():
                                 job = self._executor().submit(ShardJob(), self.cfg, shard, self.num_shards)
@@ -208,10 +202,12 @@ class ShardLauncher:
             with submission():
                 job = executor.submit(merge, self.cfg)
             logger.info("merging in %s job %s", self.launcher, job.job_id)
+            while still_running(job, self.launcher):
+                time.sleep(self.cluster.launcher.poll_seconds)
             try:
-                merged = job.result()
-            except Exception as err:  # noqa: BLE001
-                raise LaunchError(f"merging {self.out} failed in {job_failure(job, self.launcher, err)}") from None
+                merged = job_result(job, self.launcher)
+            except JobFailed as failed:
+                raise LaunchError(f"merging {self.out} failed in {failed}") from None
         return merged
 
     def _submitted(self, shard: int, job) -> None:
@@ -224,7 +220,7 @@ def launch(args, cfg):
     from .pipeline import DistillResult
 
     cluster = read_cluster_file(args.cluster) if args.cluster else ClusterConfig()
-    launcher = ShardLauncher(cfg, args.launcher, cluster, args.detach)
+    launcher = ShardLauncher(cfg, args.launcher, cluster, args.detach, args.cluster or "--cluster")
     if args.dry_run:
         for line in launcher.dry_run():
             print(line)

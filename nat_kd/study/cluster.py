@@ -21,45 +21,28 @@ from pathlib import Path
 import submitit
 
 from nat_kd.hashing import sha256_json
-from nat_kd.launch import (ClusterConfig, LaunchError, Resources, Submitted, check_job, job_failure, make_executor,
-                           sbatch_lines, sbatch_script, still_running, submission, tail, wait_for)
+from nat_kd.launch import (JOB_RESOURCES, KINDS, STUDY, ClusterConfig, JobFailed, LaunchError, Resources, Submitted,
+                           check_job, check_tables, job_result, make_executor, resubmits, sbatch_lines, sbatch_script,
+                           still_running, submission, tail, wait_for)
 
 from .steps import Runner, Step, StepError, execute, step_recipe
 
 logger = logging.getLogger("nat_kd.study")
 
-# What each kind of step asks for unless [resources.KIND] or [resources."STEP NAME"] says otherwise. Sized
-# for the paper profile on one GPU per model job (docs/study.md, "On a cluster": where the hours come from).
-STEP_RESOURCES = {
-    "prepare": Resources(gpus=0, cpus=4, mem_gb=16, hours=4),  # sentencepiece and binarizing, CPU only
-    # fairseq-train, then decoding valid and test; a checkpoint every 2,000 updates (about half an hour of a
-    # base model on one GPU, a tenth of a WMT14 epoch) is what a requeued job does again at most
-    "train": Resources(gpus=1, cpus=8, mem_gb=32, hours=72, save_updates=2000),
-    "distil": Resources(gpus=1, cpus=8, mem_gb=32, hours=24),  # one teacher decoding the training set
-    "analysis": Resources(gpus=0, cpus=2, mem_gb=32, hours=24),  # fast_align-style tables over every set
-    "modes": Resources(gpus=0, cpus=2, mem_gb=16, hours=2),  # unigram language models and a few test sets
-}
-
-
-# what each kind's work does with the [resources] keys beyond the scheduler's (launch.check_job)
-TAKES = {"train": ("fp16", "save_updates"), "distil": ("fp16",)}
+# what each kind of step asks for unless [resources.KIND] or [resources."STEP NAME"] says otherwise
+STEP_RESOURCES = {kind: JOB_RESOURCES[kind] for kind in KINDS[STUDY]}
 
 
 def step_resources(cluster: ClusterConfig, step: Step) -> Resources:
-    return cluster.resources_for(STEP_RESOURCES, step.kind, step.name)
+    return cluster.resources_for(STUDY, step.kind, step.name)
 
 
 def check_resources(cluster: ClusterConfig, steps: list[Step], where: str) -> None:
-    """Every [resources.X] names a step kind or a step of the plan (a typo would silently keep a default), and
-    what each step asks for fits together; before anything is submitted."""
-    known = set(STEP_RESOURCES) | {s.kind for s in steps} | {s.name for s in steps}
-    unknown = sorted(set(cluster.resources) - known)
-    if unknown:
-        raise LaunchError(f"{where}: [resources.{unknown[0]}] is neither a step kind ({', '.join(STEP_RESOURCES)}) "
-                          "nor a step of this study (python -m nat_kd.study CONFIG --list names them)")
+    """Every [resources.X] names a step kind or a step of the plan (a typo would silently keep a default), or is
+    the generator's (noted), and what each step asks for fits together; before anything is submitted."""
+    check_tables(cluster, STUDY, where, {s.name: s.kind for s in steps})
     for step in steps:
-        check_job(step_resources(cluster, step), f"{where}: step {step.name} ([resources.{step.kind}])",
-                  TAKES.get(step.kind, ()))
+        check_job(step_resources(cluster, step), f"{where}: step {step.name} ([resources.{step.kind}])")
 
 
 def plan_key(step: Step) -> str:
@@ -112,40 +95,48 @@ class JobLauncher:
         return self.root / "jobs" / step.name
 
     def start(self, step: Step, fingerprint: str, records: dict) -> dict:
-        """Submit ``step`` (or find the job an earlier run left running on it), wait for it; returns its
-        record or raises StepError with its log's tail and its job id."""
-        marker = self.folder(step) / "submitted.json"
+        """Submit ``step`` (or find the job an earlier run left running on it), wait for it, and submit it again
+        should a cause outside its work end it (RETRIED_STATES, up to [launcher] max_retries); returns its record
+        or raises StepError with its log's tail and its job id."""
         job = self._queued(step, fingerprint)
         if job is not None:
             logger.info("%s: %s job %s from an earlier run is still running; waiting for it", step.name,
                         self.launcher, job.job_id)
-        else:
-            resources = step_resources(self.cluster, step)
-            executor = make_executor(self.launcher, self.folder(step), resources, self.settings, f"nat_kd.{step.name}")
-            results = {n: r["result"] for n, r in records.items()}
-            try:
-                with submission():
-                    job = executor.submit(StepJob(), str(self.root), step, fingerprint, results, resources,
-                                          self.launcher, self.max_jobs, recipe=step_recipe(step, records))
-            except LaunchError as err:  # this step fails; the jobs running go on (Runner.run collects them)
-                raise StepError(f"step {step.name} failed: {err}") from None
-            Submitted(self.launcher, str(job.job_id), str(self.folder(step)), fingerprint).write(marker)
-            logger.info("%s: submitted %s job %s (%s)", step.name, self.launcher, job.job_id, resources.describe())
-        with self._lock:
-            self._jobs[step.name] = job
-        log = self.root / "logs" / f"{step.name}.log"
-        try:
-            wait_for(job, self.launcher, self.settings.poll_seconds, self.stop)
-            try:
-                record = job.result()  # the debug launcher runs the job here, in this thread
-            except Exception as err:  # noqa: BLE001 - the job's own error, or the scheduler's (killed, timed out)
-                raise StepError(f"step {step.name} failed in {job_failure(job, self.launcher, err)}\n  log: {log}"
-                                + tail(log)) from None
-            marker.unlink(missing_ok=True)
-            return record
-        finally:
+        log, retries = self.root / "logs" / f"{step.name}.log", 0
+        while True:
+            job = job or self._submit(step, fingerprint, records)
             with self._lock:
-                self._jobs.pop(step.name, None)
+                self._jobs[step.name] = job
+            try:
+                wait_for(job, self.launcher, self.settings.poll_seconds, self.stop)
+                record = job_result(job, self.launcher)  # the debug launcher runs the job here, in this thread
+            except JobFailed as failed:
+                if resubmits(failed, retries, self.settings, f"step {step.name}", "its work folder"):
+                    retries, job = retries + 1, None
+                    continue
+                raise StepError(f"step {step.name} failed in {failed}\n  log: {log}" + tail(log)) from None
+            finally:
+                with self._lock:
+                    self._jobs.pop(step.name, None)
+            (self.folder(step) / "submitted.json").unlink(missing_ok=True)
+            return record
+
+    def _submit(self, step: Step, fingerprint: str, records: dict):
+        """The step's job, submitted, and its marker written; a StepError if the scheduler refuses it (this step
+        fails; the jobs running go on: Runner.run collects them)."""
+        resources = step_resources(self.cluster, step)
+        executor = make_executor(self.launcher, self.folder(step), resources, self.settings, f"nat_kd.{step.name}")
+        results = {n: r["result"] for n, r in records.items()}
+        try:
+            with submission():
+                job = executor.submit(StepJob(), str(self.root), step, fingerprint, results, resources,
+                                      self.launcher, self.max_jobs, recipe=step_recipe(step, records))
+        except LaunchError as err:
+            raise StepError(f"step {step.name} failed: {err}") from None
+        Submitted(self.launcher, str(job.job_id), str(self.folder(step)), fingerprint).write(
+            self.folder(step) / "submitted.json")
+        logger.info("%s: submitted %s job %s (%s)", step.name, self.launcher, job.job_id, resources.describe())
+        return job
 
     def _queued(self, step: Step, fingerprint: str | None = None):
         """The job an earlier run submitted for ``step`` (on these inputs, or by --detach) if it is still queued
@@ -167,12 +158,14 @@ class JobLauncher:
     def submit_plan(self, runner: Runner, steps: list[Step]) -> tuple[list[str], list[str]]:
         """--detach: every step that is not done as a job at once, each held in Slurm's queue until the jobs of
         its dependencies have succeeded (afterok; a job whose dependency failed is removed from the queue), so
-        the cluster runs the plan without the driver. A step already in the queue keeps its job. Returns a line
-        a job and the failures (a refused submission, and the steps that would have waited on it). The steps
-        that run in the driver run first, here: the jobs wait for nothing but other jobs."""
+        the cluster runs the plan without the driver. A step already in the queue keeps its job, unless a step it
+        needs is submitted again now: then its job waits on a job that failed, so it is cancelled and submitted
+        again after the new one (not every cluster removes such a job itself). Returns a line a job and the
+        failures (a refused submission, and the steps that would have waited on it). The steps that run in the
+        driver run first, here: the jobs wait for nothing but other jobs."""
         runner.run([s for s in steps if s.in_driver])
         states = runner.states(steps)
-        by_name, ids, lines, failures = {s.name: s for s in steps}, {}, [], []
+        by_name, ids, lines, failures, fresh = {s.name: s for s in steps}, {}, [], [], set()
         for step in steps:
             if states[step.name] == "done":
                 continue
@@ -186,10 +179,16 @@ class JobLauncher:
             except StepError as err:
                 failures.append(str(err))
                 continue
+            cancelled = ""
             if job is not None:
-                ids[step.name] = str(job.job_id)
-                lines.append(f"{step.name}: {self.launcher} job {job.job_id} already in the queue")
-                continue
+                failed = [d for d in step.deps if d in fresh]
+                if not failed:
+                    ids[step.name] = str(job.job_id)
+                    lines.append(f"{step.name}: {self.launcher} job {job.job_id} already in the queue")
+                    continue
+                job.cancel(check=False)
+                cancelled = (f"cancelled {self.launcher} job {job.job_id}, which waited on a failed job of "
+                             f"{', '.join(failed)}; ")
             resources = step_resources(self.cluster, step)
             executor = make_executor(self.launcher, self.folder(step), resources, self.settings,
                                      f"nat_kd.{step.name}", after)
@@ -198,12 +197,13 @@ class JobLauncher:
                     job = executor.submit(StepJob(), str(self.root), step, None, None, resources, self.launcher,
                                           self.max_jobs, [by_name[d] for d in step.deps])
             except LaunchError as err:
-                failures.append(f"step {step.name} failed: {err}")
+                failures.append(f"step {step.name} failed: {cancelled}{err}")
                 continue
             ids[step.name] = str(job.job_id)
+            fresh.add(step.name)
             Submitted(self.launcher, str(job.job_id), str(self.folder(step)), plan_key(step)).write(
                 self.folder(step) / "submitted.json")
-            lines.append(f"{step.name}: submitted {self.launcher} job {job.job_id}"
+            lines.append(f"{step.name}: {cancelled}submitted {self.launcher} job {job.job_id}"
                          + (f" after job(s) {', '.join(after)}" if after else "") + f" ({resources.describe()})")
         return lines, failures
 
