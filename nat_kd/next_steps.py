@@ -25,11 +25,11 @@ from pathlib import Path
 
 from nat_kd import cli
 from nat_kd.artifacts import BinarizedData, DistilledSet, PreparedCorpus
+from nat_kd.choose import REAL
 from nat_kd.errors import SettingsError
 
 PROFILE = "students"  # kd-effect's student recipe, and the glancing schedule of the families that glance
 DEFAULT_ARCH = "kd_nat_tiny"
-REAL = "real"  # nat_kd.choose's name for the real data
 
 
 def student_commands(bin_dir: BinarizedData, tokenization, languages: tuple[str, str], save_dir: Path, *,
