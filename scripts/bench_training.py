@@ -116,6 +116,18 @@ def measure(model: str, spec: str, precision: str, data: str, warmup: int, updat
             "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None}
 
 
+def report_and_exit(figures: dict) -> None:
+    """Print one configuration's figures and end the process without the interpreter's teardown.
+
+    fairseq's batch iterator collates the next batches in a daemon thread (its BufferedIterator). When the
+    timed loop ends, that thread is usually inside torch's C++ code, refilling the queue that fast updates
+    drained; at teardown, CPython before 3.14 stops such a thread with pthread_exit, whose unwinding through
+    a noexcept C++ frame calls std::terminate: "terminate called without an active exception", exit 134.
+    """
+    print(json.dumps(figures), flush=True)
+    os._exit(0)
+
+
 def device_name() -> str:
     import torch
 
@@ -186,10 +198,7 @@ def main() -> None:
     p.add_argument("--one", nargs=3, metavar=("MODEL", "SHAPE", "PRECISION"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        print(json.dumps(measure(*args.one, args.data, args.warmup, args.updates)), flush=True)
-        # measured and printed: no interpreter teardown, which on a GPU ended every NAT student's process with
-        # "terminate called without an active exception" (docs/results/gpu/README.md)
-        os._exit(0)
+        report_and_exit(measure(*args.one, args.data, args.warmup, args.updates))
     for spec in args.shapes:
         shape_of(spec)
     configs = [(m, s, pr) for s in args.shapes for pr in args.precisions for m in args.models]

@@ -81,3 +81,28 @@ def test_a_child_that_crashes_after_printing_its_figures_keeps_them_and_one_that
     assert kept["target_tokens_per_second"] == 30000.0 and kept["exit"] == -6 and "error" not in kept
     failed = bench_training.run_child(("nat", "6x512:16384", "fp16"), args)
     assert failed["error"] == "torch.OutOfMemoryError: CUDA" and failed["exit"] == 1
+
+
+def test_the_measuring_process_exits_cleanly_while_fairseqs_loader_thread_is_still_collating():
+    """fairseq's BufferedIterator collates the next batches in a daemon thread; a process that ends while that
+    thread is inside torch's C++ code is aborted at teardown by CPython before 3.14 (exit 134). Here the
+    thread computes batches that take long in torch; the figures are printed and the exit status is 0."""
+    code = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
+        "import bench_training\n"
+        "from fairseq.data.iterators import BufferedIterator\n"
+        "torch.set_num_threads(1)\n"
+        "a = torch.randn(400, 400)\n"
+        "class SlowBatches:\n"
+        "    def __len__(self):\n"
+        "        return 10**6\n"
+        "    def __iter__(self):\n"
+        "        while True:\n"
+        "            yield torch.mm(torch.mm(a, a), a).sum()\n"
+        "batches = BufferedIterator(1000, SlowBatches())\n"
+        "next(batches)\n"
+        "bench_training.report_and_exit({'model': 'nat', 'updates': 1})\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, '{"model": "nat", "updates": 1}\n'), proc.stderr[-2000:]
