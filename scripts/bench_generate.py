@@ -3,7 +3,8 @@ backend) against plain fairseq-generate (beam search), on the CPU or a GPU.
 
     nice python scripts/bench_generate.py --teacher-path runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \
         --prepared data/multi30k.en-de.spm8000 --split train --beam 5 --repeats 2 \
-        [--backend ctranslate2 --compute-type float32 int8] [--device cuda [--fp16]] [--limit N]
+        [--backend ctranslate2 --compute-type float32 int8] [--device cuda [--fp16]] [--limit N] \
+        [--variant w4='--workers 4' --variant fp16=--fp16 ...]
 
 Every decoder runs end to end as a separate process (start-up, model loading, decoding, writing: what a user
 waits for), one after the other in each of ``--repeats`` rounds, with the same checkpoint, beam, length
@@ -13,12 +14,15 @@ teacher is converted once before the rounds (its time is printed apart). Prints 
 speed ratios against fairseq-generate and against the fairseq backend, the share of hypotheses identical
 (token for token) to fairseq-generate's and to the fairseq backend's, BLEU against the reference, the
 machine's load, and how many sentences fairseq-generate returns with its default batch-size multiple.
+``--variant`` times our generator again with other arguments (workers, batch size, fp16) in the same rounds,
+each against the same fairseq-generate run.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -129,8 +133,17 @@ def main() -> None:
                    "the generator's default for that backend)")
     p.add_argument("--ct2-workers", type=int, default=0, help="ctranslate2 runs' --workers (0: the default)")
     p.add_argument("--ct2-threads", type=int, default=0, help="ctranslate2 runs' --threads (0: the default)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                   help="also time our generator with ARGS added to its command (a later flag wins), in every "
+                        "round, e.g. w4='--workers 4', fp16=--fp16, big='--max-tokens 32000'; repeatable")
     p.add_argument("--skip-default-count", action="store_true")
     args = p.parse_args()
+    variants = {}
+    for spec in args.variant:
+        name, sep, extra = spec.partition("=")
+        if not sep or name in ("", "fairseq-generate", "nat_kd", *variants) or "." in name or "/" in name:
+            p.error(f"--variant {spec!r}: write NAME=ARGS with a new NAME (no dot or slash), e.g. w4='--workers 4'")
+        variants[name] = extra
 
     prepared = PreparedCorpus(args.prepared)
     src, tgt = prepared.language_pair()
@@ -152,6 +165,8 @@ def main() -> None:
     runners = {"fairseq-generate": fairseq + ["--required-batch-size-multiple", "1"],
                "nat_kd": ours + [*common, *precision, "--workers", str(args.workers),
                                  "--device", "cpu" if on_cpu else "cuda"]}
+    for name, extra in variants.items():
+        runners[name] = runners["nat_kd"] + shlex.split(extra)
     if args.backend == "ctranslate2":
         cache = work / "ct2-cache"
         ct2 = ours + [*decoding, "--backend", "ctranslate2", "--ct2-cache", str(cache),

@@ -212,6 +212,37 @@ def test_shards_from_torchrun_environment(monkeypatch):
         shard_from_env(2, 2)
 
 
+def test_workers_share_a_gpu_only_when_asked_and_each_loads_the_teacher_on_it(monkeypatch):
+    from nat_kd.distill import workers
+
+    def cfg(**kw):
+        return DistillConfig(teachers=["teacher.pt"], out_dir="out", **kw)
+
+    monkeypatch.setattr(workers, "available_cores", lambda: 16)
+    assert workers.parallelism(cfg(), "cuda:0") == (1, 1)
+    assert workers.parallelism(cfg(workers=3), "cuda:1") == (3, 1)
+    assert workers.parallelism(cfg(), "cpu") == (16, 1)
+    assert workers.parallelism(cfg(workers=4), "cpu") == (4, 4)
+    loaded = []
+
+    class Session:
+        def __init__(self, cfg, device="cpu"):
+            loaded.append(device)
+
+        def decoder(self, threads):
+            return "decoder"
+
+    monkeypatch.setattr(workers, "Session", Session)
+    monkeypatch.setattr(workers, "reuse_freed_memory", lambda: None)
+    threads = torch.get_num_threads()
+    try:
+        workers._worker_init(cfg(), 1, "cuda:1")
+    finally:
+        torch.set_num_threads(threads)
+        workers._WORKER.clear()
+    assert loaded == ["cuda:1"]
+
+
 def test_chunk_plan_and_changed_settings_refused(tmp_path):
     assert plan_chunks([[1, 2], [3], [4, 5, 6], [7]], 3) == [[[1, 2], [3]], [[4, 5, 6]], [[7]]]
     store = ChunkStore(tmp_path / "p")

@@ -177,6 +177,16 @@ def test_gpu_decodes_as_the_cpu_does(teacher, tiny_en_de, corpus, tmp_path, back
     assert same >= at_least, f"{same} of {N_LINES} the same"
 
 
+@requires_cuda
+def test_gpu_decodes_the_same_in_processes_sharing_it(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
+    """--workers 2 on one GPU: two processes, each its own teacher, the same batches: the same bytes."""
+    kw = dict(strategy="beam", beam=4, device="cuda", max_sentences=8, chunk_sentences=8)
+    one = distill(config(teacher, tiny_en_de, corpus, tmp_path / "one", **kw))
+    two = distill(config(teacher, tiny_en_de, corpus, tmp_path / "two", workers=2, **kw))
+    assert two.meta["timing"]["workers"] == 2 and two.meta["batching"]["chunks"] >= 4
+    assert output_bytes(two.out_dir) == output_bytes(one.out_dir)
+
+
 def test_fp16_needs_a_gpu(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
     with pytest.raises(SettingsError, match=r"--fp16 .* add --device cuda"):
         distill(config(teacher, tiny_en_de, corpus, tmp_path / "o", device="cpu", fp16=True))

@@ -105,8 +105,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     run.add_argument("--num-shards", type=int, default=None, help="default: $WORLD_SIZE (torchrun), else 1")
     run.add_argument("--shard-id", type=int, default=None, help="default: $RANK (torchrun), else 0")
     run.add_argument("--merge", action="store_true", help="only merge the shards (all must be complete)")
-    run.add_argument("--workers", type=int, default=0, help="decoding processes (default: one per core)")
-    run.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: cores/workers)")
+    run.add_argument("--workers", type=int, default=0,
+                     help="decoding processes (default: one per core on a CPU, one on a GPU; on a GPU, N "
+                          "processes share it, each with its own copy of the teacher)")
+    run.add_argument("--threads", type=int, default=0,
+                     help="torch threads per worker (default: cores/workers on a CPU, 1 on a GPU)")
     run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
     backend = p.add_argument_group("backend (docs/generate_distilled.md: which to use)")
     backend.add_argument("--backend", choices=list(BACKENDS),

@@ -32,7 +32,7 @@ class DistillConfig:
     num_shards: int | None = None  # default: torchrun's WORLD_SIZE, else 1
     shard_id: int | None = None  # default: torchrun's RANK, else 0
     merge_only: bool = False
-    workers: int = 0  # decoding processes on this machine; 0: one per available core (CPU), 1 on GPU
+    workers: int = 0  # decoding processes on this machine; 0: one per available core (CPU), 1 on a GPU
     threads: int = 0  # torch threads per worker; 0: cores / workers
     device: str = "auto"  # "cpu", "cuda", or auto
     progress_bar: bool = True

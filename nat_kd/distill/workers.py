@@ -1,5 +1,6 @@
 """The decoding processes: what each one loads (``Session``), how it decodes a chunk (``ChunkDecoder``), and the
-pool that runs them, one per core, each saving its chunks as they finish.
+pool that runs them (one per core on a CPU; on a GPU one, or ``--workers`` sharing it), each saving its chunks as
+they finish.
 
 Workers are spawned, not forked: each loads its own teacher, and nothing is inherited from a threaded parent.
 """
@@ -51,7 +52,9 @@ def choose_device(cfg: DistillConfig) -> str:
 def parallelism(cfg: DistillConfig, device: str) -> tuple[int, int]:
     """(worker processes, torch threads per worker) on this machine."""
     if device != "cpu":
-        return 1, cfg.threads or 1
+        # --workers N: N processes share the GPU, each with its own teacher; a small teacher's beam search leaves
+        # the GPU idle between its steps (Python and small kernels), which the other processes fill
+        return cfg.workers or 1, cfg.threads or 1
     # under torchrun, the ranks on this machine share its cores
     cores = max(1, available_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     # CTranslate2: one process, one model replica per core decoding sub-batches side by side (faster than
@@ -280,12 +283,12 @@ def reuse_freed_memory() -> None:
 _WORKER = {}  # this worker process's ChunkDecoder
 
 
-def _worker_init(cfg: DistillConfig, threads: int) -> None:
+def _worker_init(cfg: DistillConfig, threads: int, device: str) -> None:
     import torch
 
     torch.set_num_threads(threads)
     reuse_freed_memory()
-    _WORKER["decoder"] = Session(cfg).decoder(threads)
+    _WORKER["decoder"] = Session(cfg, device).decoder(threads)
 
 
 def _worker_decode(job):
@@ -331,7 +334,7 @@ def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[in
         else:
             context = multiprocessing.get_context("spawn")
             with context.Pool(min(workers, len(jobs)), initializer=quiet_worker,
-                              initargs=(pickle.dumps((_worker_init, (session.cfg, threads))),)) as pool:
+                              initargs=(pickle.dumps((_worker_init, (session.cfg, threads, session.device))),)) as pool:
                 # longest chunks first (chunks are sorted by length), so no worker is left alone at the end
                 for index, result in pool.imap_unordered(_worker_decode, jobs[::-1]):
                     store.save(index, result)
