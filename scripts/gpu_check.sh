@@ -6,6 +6,7 @@
 # DATA: the raw Multi30k folder; OUT: logs, the benchmarks' results.json files, gpu.csv and summary.txt.
 # PHASES, run in the order given (default: setup main training choose generate):
 #   setup     the set-up from WHEELS and the CUDA tests (without it, the set-up alone)
+#   suite     the whole suite, the README's test command as it is (tests left to pick a device pick the GPU)
 #   main      the main job (bash scripts/main.sh), and CTranslate2 on this CUDA
 #   training  scripts/bench_training.py: every family and fairseq's transformer, 6x512 with 16k-token batches,
 #             fp32 and --fp16, until the budget's end
@@ -26,8 +27,8 @@ budget="${4:-540}"
 phases=("${@:5}")
 (( ${#phases[@]} )) || phases=(setup main training choose generate)
 for name in "${phases[@]}"; do
-  [[ " setup main training choose generate " == *" $name "* ]] \
-    || { echo "gpu_check.sh: unknown phase $name: choose among setup main training choose generate" >&2; exit 2; }
+  [[ " setup suite main training choose generate " == *" $name "* ]] \
+    || { echo "gpu_check.sh: unknown phase $name: choose among setup suite main training choose generate" >&2; exit 2; }
 done
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -68,6 +69,11 @@ run_setup() {
   phase tests bash scripts/test.sh -k "cuda or gpu_decodes"
   grep -E "passed|failed|error" "$out/tests.log" | tail -n 3 | tee -a "$summary"
   versions
+}
+
+run_suite() {
+  phase suite bash scripts/test.sh
+  grep -E "passed|failed|error" "$out/suite.log" | tail -n 3 | tee -a "$summary"
 }
 
 run_main() {
