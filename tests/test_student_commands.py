@@ -15,6 +15,7 @@ DOC = ROOT / "docs" / "students.md"
 BLOCK = re.compile(r"\(`kd_(\w+)_tiny`\):\n\n```bash\n(fairseq-train [^\n]*)\n(fairseq-generate [^\n]*)\n```")
 # the documented paths, and the tiny ones the tests put in their place
 PREPARED, DISTILLED, OUT = "data/multi30k.en-de.spm8000", "runs/multi30k.en-de/distill/beam5", "runs/students"
+TRAIN_SENTENCES = 203  # conftest's tiny slice
 MICRO = {"--encoder-embed-dim": "32", "--decoder-embed-dim": "32", "--encoder-ffn-embed-dim": "64",
          "--decoder-ffn-embed-dim": "64", "--encoder-layers": "1", "--decoder-layers": "1", "--max-update": "3"}
 
@@ -26,13 +27,15 @@ def documented() -> dict[str, tuple[str, str]]:
 @pytest.fixture(scope="module")
 def distilled(tiny_en_de, tmp_path_factory):
     """A distilled set's folder as next_steps reads it (its bin/ has the prepared corpus's layout), with the
-    tiny corpus's training pairs and 20 validation and test pairs, so that validating and testing take seconds."""
+    tiny corpus's training pairs, 20 validation pairs, so that validating takes seconds, and the training pairs
+    again as the test split: 203 sentences, not a multiple of 8, every one of which must be translated."""
     folder = tmp_path_factory.mktemp("sets") / "beam5"
     for lang in ("en", "de"):
         lines = (tiny_en_de / "spm" / f"test.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)[:20]
         (folder.parent / f"small.{lang}").write_text("".join(lines), encoding="utf-8")
-    run_fairseq("preprocess", "--source-lang", "en", "--target-lang", "de", "--trainpref", tiny_en_de / "spm" / "train",
-                "--validpref", folder.parent / "small", "--testpref", folder.parent / "small", "--destdir",
+    train = tiny_en_de / "spm" / "train"
+    run_fairseq("preprocess", "--source-lang", "en", "--target-lang", "de", "--trainpref", train,
+                "--validpref", folder.parent / "small", "--testpref", train, "--destdir",
                 folder / "bin", "--srcdict", tiny_en_de / "bin" / "dict.en.txt", "--tgtdict",
                 tiny_en_de / "bin" / "dict.de.txt", "--workers", "1")
     return folder
@@ -73,3 +76,5 @@ def test_each_familys_commands_train_and_test_a_student(family, tiny_en_de, dist
     assert (tmp_path / f"{family}.beam5" / "checkpoint_best.pt").is_file()
     scored = run(["fairseq_cli.generate", *generate[1:]], ROOT)
     assert re.search(r"Generate test with beam=1: BLEU = [\d.]+", scored), scored[-2000:]
+    translated = sorted(int(n) for n in re.findall(r"^H-(\d+)\t", scored, re.M))
+    assert translated == list(range(TRAIN_SENTENCES)), f"{len(translated)} of {TRAIN_SENTENCES} translated"
