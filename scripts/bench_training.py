@@ -49,7 +49,7 @@ def shape_of(spec: str):
         raise SystemExit(f"--shapes {spec}: write LAYERSxWIDTH:MAX_TOKENS, e.g. 6x512:16384") from None
 
 
-def train_arguments(model: str, spec: str, precision: str, data: str, save_dir: str) -> list[str]:
+def train_arguments(model: str, spec: str, precision: str, data: str, save_dir: str, cpu: bool = False) -> list[str]:
     """fairseq-train's arguments for one configuration, as the study builds them."""
     from nat_kd.study.config import Training
     from nat_kd.study.fairseq_jobs import train_args
@@ -61,10 +61,10 @@ def train_arguments(model: str, spec: str, precision: str, data: str, save_dir: 
                         glance_anneal_updates=1333)
     argv = train_args(Path(data), Path(save_dir), arch="kd_transformer_tiny" if family is None else student_arch(family),
                       shape=shape, training=training, nat_family=family)
-    return [str(a) for a in argv] + PRECISION_FLAGS[precision]
+    return [str(a) for a in argv] + PRECISION_FLAGS[precision] + (["--cpu"] if cpu else [])
 
 
-def measure(model: str, spec: str, precision: str, data: str, warmup: int, updates: int) -> dict:
+def measure(model: str, spec: str, precision: str, data: str, warmup: int, updates: int, cpu: bool) -> dict:
     """One configuration in this process: warm-up updates, then timed ones (run by the parent in a child)."""
     import logging
 
@@ -77,7 +77,7 @@ def measure(model: str, spec: str, precision: str, data: str, warmup: int, updat
     with tempfile.TemporaryDirectory() as save_dir:
         parser = options.get_training_parser()
         cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(
-            parser, train_arguments(model, spec, precision, data, save_dir)))
+            parser, train_arguments(model, spec, precision, data, save_dir, cpu)))
         task = tasks.setup_task(cfg.task)
         task.load_dataset("train")
         trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
@@ -108,7 +108,7 @@ def measure(model: str, spec: str, precision: str, data: str, warmup: int, updat
         sync()
         seconds = time.perf_counter() - start
         applied = trainer.get_num_updates() - before
-    return {"model": model, "shape": spec, "precision": precision, "device": device_name(),
+    return {"model": model, "shape": spec, "precision": precision, "device": device_name(not cuda),
             "parameters": sum(p.numel() for p in trainer.model.parameters()),
             "warmup": warmup, "updates": updates, "skipped_updates": updates - applied,
             "seconds": round(seconds, 4), "updates_per_second": round(updates / seconds, 3),
@@ -128,17 +128,17 @@ def report_and_exit(figures: dict) -> None:
     os._exit(0)
 
 
-def device_name() -> str:
+def device_name(cpu: bool) -> str:
     import torch
 
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return "cpu" if cpu or not torch.cuda.is_available() else torch.cuda.get_device_name()
 
 
 def run_child(config: tuple[str, str, str], args) -> dict:
     """One configuration in a process of its own; an error (out of memory, say) is recorded, not raised."""
     model, spec, precision = config
     cmd = [sys.executable, __file__, "--one", model, spec, precision, "--data", args.data,
-           "--warmup", str(args.warmup), "--updates", str(args.updates)]
+           "--warmup", str(args.warmup), "--updates", str(args.updates), *(["--cpu"] if args.cpu else [])]
     started = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     wall = round(time.perf_counter() - started, 1)
@@ -195,10 +195,11 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1, help="of the shuffles")
     p.add_argument("--deadline", type=float, default=None,
                    help="seconds from the start after which no configuration starts")
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even where there is a GPU")
     p.add_argument("--one", nargs=3, metavar=("MODEL", "SHAPE", "PRECISION"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        report_and_exit(measure(*args.one, args.data, args.warmup, args.updates))
+        report_and_exit(measure(*args.one, args.data, args.warmup, args.updates, args.cpu))
     for spec in args.shapes:
         shape_of(spec)
     configs = [(m, s, pr) for s in args.shapes for pr in args.precisions for m in args.models]
@@ -232,7 +233,7 @@ def write(out: Path, results: list[dict], args, stopped: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     import torch
 
-    meta = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "device": device_name(),
+    meta = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "device": device_name(args.cpu),
             "torch": torch.__version__, "cuda": torch.version.cuda, "cpu_cores": os.cpu_count(),
             "warmup": args.warmup, "updates": args.updates, "repeats": args.repeats, "seed": args.seed,
             "stopped_at_deadline": stopped}

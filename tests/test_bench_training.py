@@ -48,12 +48,13 @@ def test_shapes_are_parsed_and_a_wrong_one_is_refused_with_the_form_to_write():
 
 
 def test_smoke_run_on_cpu_trains_each_kind_of_model_and_writes_its_results(tiny_en_de, tmp_path):
-    """A micro model of three kinds (one-pass NAT, the DAG loss, the AT anchor), a few updates each, on the CPU."""
+    """A micro model of three kinds (one-pass NAT, the DAG loss, the AT anchor), a few updates each, on the CPU
+    (--cpu: on a GPU machine too)."""
     out = tmp_path / "bench"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_training.py"), "--data", str(tiny_en_de / "bin"),
          "--out", str(out), "--models", "nat", "dat", "transformer", "--shapes", "1x32:512",
-         "--precisions", "fp32", "--warmup", "1", "--updates", "2", "--repeats", "1"],
+         "--precisions", "fp32", "--warmup", "1", "--updates", "2", "--repeats", "1", "--cpu"],
         cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -76,7 +77,7 @@ def test_a_child_that_crashes_after_printing_its_figures_keeps_them_and_one_that
                                     stderr="terminate called without an active exception\n"),
         subprocess.CompletedProcess([], 1, stdout="loading\n", stderr="Traceback ...\ntorch.OutOfMemoryError: CUDA\n")])
     monkeypatch.setattr(bench_training.subprocess, "run", lambda *a, **k: next(answers))
-    args = type("Args", (), {"data": "bin", "warmup": 30, "updates": 100})
+    args = type("Args", (), {"data": "bin", "warmup": 30, "updates": 100, "cpu": False})
     kept = bench_training.run_child(("nat", "6x512:16384", "fp16"), args)
     assert kept["target_tokens_per_second"] == 30000.0 and kept["exit"] == -6 and "error" not in kept
     failed = bench_training.run_child(("nat", "6x512:16384", "fp16"), args)
