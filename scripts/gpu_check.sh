@@ -5,7 +5,7 @@
 # WHEELS: the wheels the machine lacks, a built fairseq-fixed among them (docs/installation.md says which);
 # DATA: the raw Multi30k folder; OUT: logs, the benchmarks' results.json files, gpu.csv and summary.txt.
 # PHASES, run in the order given (default: setup main training choose generate):
-#   setup     the set-up from WHEELS and the CUDA tests (without it, the set-up alone)
+#   setup     the set-up from WHEELS and the GPU's own tests (-m gpu; without this phase, the set-up alone)
 #   suite     the whole suite, the README's test command as it is (tests left to pick a device pick the GPU)
 #   main      the main job (bash scripts/main.sh), and CTranslate2 on this CUDA
 #   training  scripts/bench_training.py: every family and fairseq's transformer, 6x512 with 16k-token batches,
@@ -66,7 +66,7 @@ print("versions: torch", torch.__version__, "cuda", torch.version.cuda, "numpy",
 }
 
 run_setup() {
-  phase tests bash scripts/test.sh -k "cuda or gpu_decodes"
+  phase tests bash scripts/test.sh -m gpu
   grep -E "passed|failed|error" "$out/tests.log" | tail -n 3 | tee -a "$summary"
   versions
 }

@@ -9,6 +9,42 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def requires_cuda(test):
+    """A test that needs a CUDA GPU: skipped where there is none, and the only kind of test that sees one."""
+    import torch
+
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(test))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def visible_gpus():
+    """Tests run on the CPU, as CI does, even on a machine with a GPU: their expected bytes, ties and speeds are
+    the CPU's, and a GPU's kernels need not give the same bytes twice. The processes a test starts, and its
+    session's fixtures, see no GPU; the GPU's own tests (``requires_cuda``) see the machine's. Returns the
+    machine's CUDA_VISIBLE_DEVICES (None: unset)."""
+    machine = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    yield machine
+    if machine is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = machine
+
+
+@pytest.fixture(autouse=True)
+def cpu_unless_a_gpu_test(request, monkeypatch, visible_gpus):
+    """In this process too: torch says there is no GPU, except to a ``requires_cuda`` test, whose processes see
+    the machine's GPUs again."""
+    if request.node.get_closest_marker("gpu") is None:
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    elif visible_gpus is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible_gpus)
+
+
 @pytest.fixture(scope="session")
 def tiny_en_de(tmp_path_factory):
     """Multi30k en-de with the first 203 training pairs (not a multiple of 8) (full valid/test), vocabulary 300, prepared by nat_kd."""

@@ -6,7 +6,7 @@ import re
 
 import pytest
 import torch
-from conftest import MICRO_MODEL, run_fairseq
+from conftest import MICRO_MODEL, requires_cuda, run_fairseq
 from test_fairseq_training import COMMON, TRAIN_SENTENCES, hypotheses
 
 from fairseq_plugins.models.dat import (LOG_ZERO, dag_best_path, dag_decode, dag_log_likelihood, glance_vertices,
@@ -85,7 +85,7 @@ def test_best_path_is_the_most_probable_path(target_lengths, graph_lengths):
         assert (ours[b, t:] == 0).all()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@requires_cuda
 def test_dynamic_programmes_and_decoding_agree_on_cuda():
     token_log_probs, links, target, t_len, g_len = random_graphs(*CASES[1], seed=2)
     cpu = (target_emissions(token_log_probs, target), links, t_len, g_len)

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+from conftest import requires_cuda
 
 from nat_kd.analysis.metrics.sentence import SentenceScores
 from nat_kd.distill import DistillConfig, distill
@@ -154,7 +155,6 @@ def loads(library: str) -> bool:
         return False
 
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 # CTranslate2's wheels decode on a GPU only with CUDA 12's cuBLAS (test_cli_without_cuda_12_exits_2_with_one_line)
 requires_cublas_12 = pytest.mark.skipif(not loads(CUBLAS_LIBRARY), reason=f"CTranslate2 needs {CUBLAS_LIBRARY}")
 

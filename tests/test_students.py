@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 from fairseq.logging import metrics
-from conftest import MICRO_MODEL, run_fairseq
+from conftest import MICRO_MODEL, requires_cuda, run_fairseq
 from test_fairseq_training import COMMON, TRAIN
 
 import fairseq_plugins  # noqa: F401  (registers the models)
@@ -391,7 +391,7 @@ def test_new_student_family_learns(family, tiny_en_de, tmp_path):
     assert sum(losses[-3:]) < 0.9 * sum(losses[:3]), losses
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@requires_cuda
 def test_ctc_alignment_loss_and_glancing_models_run_on_cuda():
     log_probs, input_lengths, targets, target_lengths = batch_of(CASES, seed=4)
     on_cpu = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, BLANK)
