@@ -6,7 +6,7 @@
 # DATA: the raw Multi30k folder; OUT: logs, the benchmarks' results.json files, gpu.csv and summary.txt.
 # PHASES, run in the order given (default: setup main training choose generate):
 #   setup     the set-up from WHEELS and the GPU's own tests (-m gpu; without this phase, the set-up alone)
-#   suite     the whole suite, the README's test command as it is (tests left to pick a device pick the GPU)
+#   suite     the whole suite, the README's test command as it is (on the CPU but for the GPU's own tests)
 #   main      the main job (bash scripts/main.sh), and CTranslate2 on this CUDA
 #   training  scripts/bench_training.py: every family and fairseq's transformer, 6x512 with 16k-token batches,
 #             fp32 and --fp16, until the budget's end
