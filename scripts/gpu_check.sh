@@ -103,7 +103,7 @@ run_training() {  # 6x512 with 16k-token batches: every family and the transform
 
 run_choose() {  # pilots as a user runs them: fairseq-train on the GPU, its exit status, validation BLEU
   phase choose python -m nat_kd.choose --corpus "$(prepared)" --candidates "$distilled" --arch kd_glat_tiny \
-    --shape 6x512 --updates 300 --final-updates 3000 --out /tmp/gpu_check.choose
+    --shape 6x512 --updates 300 --final-updates 3000 --no-analysis --out /tmp/gpu_check.choose
   head -n 12 /tmp/gpu_check.choose/ranking.md >> "$summary" 2>&1
   grep -h -E "terminate called|Aborted|exit status" /tmp/gpu_check.choose/logs/*.log 2>/dev/null | head -n 5 >> "$summary"
 }
