@@ -236,11 +236,65 @@ def test_workers_share_a_gpu_only_when_asked_and_each_loads_the_teacher_on_it(mo
     monkeypatch.setattr(workers, "reuse_freed_memory", lambda: None)
     threads = torch.get_num_threads()
     try:
-        workers._worker_init(cfg(), 1, "cuda:1")
+        workers._worker_init(cfg(), 1, "cuda:1", 3)
     finally:
         torch.set_num_threads(threads)
         workers._WORKER.clear()
     assert loaded == ["cuda:1"]
+
+
+OUT_OF_MEMORY = ("out of GPU memory on {device}, decoding batches of up to --max-tokens {tokens} tokens in {workers} "
+                 "process(es) on it; the chunks saved so far are kept. Rerun with fewer --workers to go on from them, "
+                 "or start again in smaller batches: a smaller --max-tokens and another --out")
+
+
+def test_out_of_gpu_memory_is_one_line_naming_what_to_lower_and_the_saved_chunks_are_kept(
+        teacher, tiny_en_de, corpus, tmp_path, monkeypatch, capsys):
+    from nat_kd.artifacts import DistilledSet
+    from nat_kd.distill.backends.fairseq import FairseqBackend
+
+    decode, calls = FairseqBackend.decode, []
+
+    def third_batch_runs_out(self, ids):
+        calls.append(ids)
+        if len(calls) == 3:  # chunk 0 is saved once chunk 1 is decoded; chunk 2 then runs out
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (a test)")
+        return decode(self, ids)
+
+    monkeypatch.setattr(FairseqBackend, "decode", third_batch_runs_out)
+    out = tmp_path / "o"
+    argv = cli(teacher, tiny_en_de, corpus, out, "--max-sentences", "8", "--chunk-sentences", "8")[3:]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "error: " + OUT_OF_MEMORY.format(device="cpu", tokens=12000,
+                                                                                       workers=1)
+    saved = ChunkStore(DistilledSet(out).progress_dir)
+    assert saved.is_done(0) and not saved.is_done(1) and not saved.is_done(2)
+    monkeypatch.setattr(FairseqBackend, "decode", decode)
+    assert main(argv) == 0 and DistilledSet(out).meta()["sentences"] == N_LINES
+
+
+@pytest.mark.parametrize("raised", [torch.cuda.OutOfMemoryError("CUDA out of memory (a test)"),
+                                    RuntimeError("CUDA failed with error out of memory")])  # CTranslate2's
+def test_a_worker_process_out_of_gpu_memory_sends_the_line_back_and_other_errors_as_they_are(raised, monkeypatch):
+    import pickle
+
+    from nat_kd.distill import workers
+
+    class Decoder:
+        def decode_chunk(self, batches):
+            raise error
+
+    settings = (DistillConfig(teachers=["teacher.pt"], out_dir="out", max_tokens=32000), "cuda:0", 4)
+    monkeypatch.setitem(workers._WORKER, "decoder", Decoder())
+    monkeypatch.setitem(workers._WORKER, "settings", settings)
+    error = raised
+    with pytest.raises(workers.OutOfGPUMemory) as caught:
+        workers._worker_decode((3, [[1, 2]]))
+    back = pickle.loads(pickle.dumps(caught.value))  # as the pool hands it to the parent
+    assert str(back) == OUT_OF_MEMORY.format(device="cuda:0", tokens=32000, workers=4)
+    error = RuntimeError("CUDA failed with error an illegal memory access was encountered")
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        workers._worker_decode((3, [[1, 2]]))
 
 
 def test_chunk_plan_and_changed_settings_refused(tmp_path):

@@ -280,20 +280,45 @@ def reuse_freed_memory() -> None:
         libc.mallopt(m_trim_threshold, 2**31 - 1)
 
 
-_WORKER = {}  # this worker process's ChunkDecoder
+class OutOfGPUMemory(SettingsError):
+    """The decoding did not fit the GPU's memory: the settings to lower, and that the saved chunks are kept."""
 
 
-def _worker_init(cfg: DistillConfig, threads: int, device: str) -> None:
+def out_of_gpu_memory(err: BaseException, cfg: DistillConfig, device: str, workers: int) -> OutOfGPUMemory | None:
+    """``err`` as an OutOfGPUMemory if it is torch's or CTranslate2's out-of-memory error, else None."""
+    import torch
+
+    if not (isinstance(err, torch.cuda.OutOfMemoryError)
+            or (isinstance(err, RuntimeError) and "CUDA failed with error out of memory" in str(err))):
+        return None
+    return OutOfGPUMemory(
+        f"out of GPU memory on {device}, decoding batches of up to --max-tokens {cfg.max_tokens} tokens in "
+        f"{workers} process(es) on it; the chunks saved so far are kept. Rerun with fewer --workers to go on "
+        "from them, or start again in smaller batches: a smaller --max-tokens and another --out")
+
+
+_WORKER = {}  # this worker process's ChunkDecoder, and what its out-of-memory error says
+
+
+def _worker_init(cfg: DistillConfig, threads: int, device: str, workers: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
     reuse_freed_memory()
     _WORKER["decoder"] = Session(cfg, device).decoder(threads)
+    _WORKER["settings"] = (cfg, device, workers)
 
 
 def _worker_decode(job):
     index, batches = job
-    return index, _WORKER["decoder"].decode_chunk(batches)
+    try:
+        return index, _WORKER["decoder"].decode_chunk(batches)
+    except Exception as err:
+        # torch's error may not survive the pickling back to the parent; ours does, and reads as one line
+        memory = out_of_gpu_memory(err, *_WORKER["settings"])
+        if memory is None:
+            raise
+        raise memory from None
 
 
 def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[int], workers: int,
@@ -329,12 +354,18 @@ def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[in
                     queued = submitted
                 if queued:
                     finish(*queued)
+            except Exception as err:
+                memory = out_of_gpu_memory(err, session.cfg, session.device, 1)
+                if memory is None:
+                    raise
+                raise memory from err
             finally:  # also on an error or Ctrl-C: no decoding thread is left running
                 decoder.close()
         else:
             context = multiprocessing.get_context("spawn")
+            setup = (_worker_init, (session.cfg, threads, session.device, min(workers, len(jobs))))
             with context.Pool(min(workers, len(jobs)), initializer=quiet_worker,
-                              initargs=(pickle.dumps((_worker_init, (session.cfg, threads, session.device))),)) as pool:
+                              initargs=(pickle.dumps(setup),)) as pool:
                 # longest chunks first (chunks are sorted by length), so no worker is left alone at the end
                 for index, result in pool.imap_unordered(_worker_decode, jobs[::-1]):
                     store.save(index, result)
