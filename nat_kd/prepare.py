@@ -39,6 +39,7 @@ from .artifacts import PreparedCorpus
 from .corpus import LANGUAGES, PROJECT_ROOT, CorpusError, iter_parallel, read_parallel, split_file
 from .errors import SettingsError
 from .hashing import sha256_file, sha256_json
+from .machine import available_cores
 from .tokenization import Tokenization, TokenizationSettings
 
 # Bump when the preparation itself changes, so that old outputs are rebuilt.
@@ -46,6 +47,9 @@ PREPARE_VERSION = 1
 MIX = "mix"
 FAIRSEQ_SPLITS = {"train": "train", "val": "valid", "test_2016_flickr": "test"}
 logger = logging.getLogger("nat_kd.prepare")
+# sentencepiece's pieces depend on how many threads train it (its EM sums each thread's share apart): a fixed
+# count keeps the vocabulary the corpus's and the settings' alone, the same on every machine and --workers
+SENTENCEPIECE_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -208,13 +212,13 @@ def write_split(prepared: PreparedCorpus, name: str, cfg: PrepareConfig, triples
     return count
 
 
-def train_sentencepiece(lines: list[str], model: Path, cfg: PrepareConfig, threads: int):
+def train_sentencepiece(lines: list[str], model: Path, cfg: PrepareConfig):
     """Train into ``model`` (NAME.model, beside it NAME.vocab)."""
     import sentencepiece as spm
 
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines), model_prefix=str(model.with_suffix("")), vocab_size=cfg.vocab_size,
-        model_type=cfg.spm_model_type, character_coverage=1.0, num_threads=threads,
+        model_type=cfg.spm_model_type, character_coverage=1.0, num_threads=SENTENCEPIECE_THREADS,
         # a soft limit: tiny slices (tests) cannot fill a large vocabulary, and that is not an error
         hard_vocab_limit=False,
         # fairseq's dictionary adds its own <s>, <pad>, </s>; sentencepiece keeps only <unk>
@@ -252,8 +256,9 @@ def own_tokenization(prepared: PreparedCorpus, cfg: PrepareConfig) -> Tokenizati
     return TokenizationSettings()  # pretokenized
 
 
-def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int = 2, force: bool = False) -> Path:
-    """Build (or reuse) the prepared corpus for ``cfg``; returns its directory."""
+def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int | None = None, force: bool = False) -> Path:
+    """Build (or reuse) the prepared corpus for ``cfg``; returns its directory. ``workers``: fairseq-preprocess's
+    processes (default: one per available core); the output is the same whatever their number."""
     raw_dir = None if cfg.trainpref else multi30k.raw_dir(raw_dir, (cfg.src, *cfg.target_languages))
     out_dir = (Path(out_dir) if out_dir else cfg.default_out_dir()).resolve()
     check_out_dir(out_dir, raw_dir, cfg)
@@ -281,11 +286,11 @@ def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int = 2, fo
         else:
             train = splits["train"] = list(splits["train"])  # the trainer takes the training text whole
             sp = train_sentencepiece([src for src, _, _ in train] + [tgt for _, tgt, _ in train], prepared.spm_model,
-                                     cfg, workers)
+                                     cfg)
             encode = dict.fromkeys((cfg.src, cfg.tgt), lambda line: " ".join(sp.encode(line, out_type=str)))
             manifest["sentencepiece_pieces"] = sp.get_piece_size()
         counts = {name: write_split(prepared, name, cfg, triples, encode) for name, triples in splits.items()}
-        binarize(prepared, cfg, list(splits), workers)
+        binarize(prepared, cfg, list(splits), workers or available_cores())
         dictionary_size = sum(1 for _ in open(prepared.bin.dictionary(cfg.src), encoding="utf-8"))
         atomic.write_json(prepared.manifest_file, {
             "fingerprint": key, "config": cfg.settings(), "prepare_version": PREPARE_VERSION,
@@ -324,7 +329,9 @@ def main(argv=None) -> int:
                      help="one dictionary per language (default: one joined dictionary)")
     parser.add_argument("--out-dir", default=None, help="output folder, replaced whole: a new or empty one, or an "
                         "earlier output of this command (default: data/multi30k.SRC-TGT.spmV)")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=None,
+                        help="fairseq-preprocess's processes (default: one per core); the output is the same "
+                             "whatever their number")
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
     cli.add_verbose_argument(parser)
     args = parser.parse_args(argv)

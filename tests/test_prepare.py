@@ -210,3 +210,21 @@ def test_missing_own_corpus_file_names_the_prefix_option(raw_dir, tmp_path, caps
     assert main(["--trainpref", str(own / "train"), "--validpref", str(own / "dev"), *common]) == 2
     assert capsys.readouterr().err == f"error: {own / 'dev.en'} is not a file (a folder?); check --validpref\n"
     assert not (tmp_path / "out").exists()
+
+
+def test_the_same_prepared_corpus_whatever_the_workers(raw_dir, tmp_path):
+    """sentencepiece trains with the same threads whatever --workers (its pieces change with its thread count),
+    and fairseq-preprocess's workers split the binarizing alone."""
+    import sentencepiece as spm
+
+    one, three = (prepare(small(), raw_dir, tmp_path / f"w{n}", workers=n) for n in (1, 3))
+
+    def pieces(out):
+        model = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
+        return [(model.id_to_piece(i), model.get_score(i)) for i in range(model.get_piece_size())]
+
+    assert pieces(one) == pieces(three)
+    def binarized(out):  # preprocess.log aside, which names the workers
+        return {p.name: p.read_bytes() for p in (out / "bin").iterdir() if p.name != "preprocess.log"}
+
+    assert len(binarized(one)) == 14 and binarized(one) == binarized(three)

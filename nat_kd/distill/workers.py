@@ -21,6 +21,7 @@ from nat_kd.analysis.metrics.sentence import SentenceScorer, sacrebleu_statistic
 from nat_kd.cli import quiet_worker
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
+from nat_kd.machine import available_cores
 
 from .backends import BackendInputs, BackendSettings, backend_class, build_backend
 from .config import DistillConfig
@@ -30,13 +31,6 @@ from .scores import statistics
 from .source import load_corpus
 from .student import StudentData
 from .teachers import PublishedTeacher
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def choose_device(cfg: DistillConfig) -> str:

@@ -6,12 +6,12 @@ steps that are done; missing pieces (a step not run yet) show as '-'.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shutil
 from pathlib import Path
 
 from nat_kd import __version__, atomic
+from nat_kd.machine import available_cores
 from nat_kd.markdown import cell, table
 from nat_kd.analysis.plotting import (legend_outside, plot_complexity_faithfulness, plot_mode_mix, plt, save_figure,
                                       scatter_sets, set_style)
@@ -270,7 +270,7 @@ def hardware() -> dict:
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+    return {"cpu": cpu, "cores": available_cores(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "python": platform.python_version(), "torch": torch.__version__, "nat_kd": __version__}
 
