@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny slice of the real default corpus, prepared once per test session."""
+"""Shared fixtures: a tiny slice of the real default corpus, prepared once per test session; and the rule that
+the suite runs on the CPU on any machine, but for the GPU's own tests (``requires_cuda``)."""
 import os
 import subprocess
 import sys
