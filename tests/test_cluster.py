@@ -991,6 +991,20 @@ def test_one_cluster_file_serves_the_study_and_the_generator(tmp_path, capsys):
     assert "[0 GPU, 4 CPU, 32 GB, 1 h]" in out and "#SBATCH --partition=gpu" in out
 
 
+def test_a_study_step_named_without_a_dot_is_the_studys_for_the_generator_too(tmp_path, capsys):
+    from nat_kd.launch import KINDS, STUDY, STUDY_STEPS_WITHOUT_A_DOT
+    from nat_kd.study import config as study_config
+    from nat_kd.study.plan import build_plan
+
+    dotless = {step.name for profile in study_config.profile_names()
+               for step in build_plan(study_config.load(profile), tmp_path / profile)
+               if "." not in step.name and step.name not in KINDS[STUDY]}
+    assert dotless == set(STUDY_STEPS_WITHOUT_A_DOT)
+    code, out, err, cluster = _generator_dry_run(tmp_path, capsys, "[resources.training_speed]\ncpus = 4\n")
+    assert code == 0 and err.strip() == (f"note: {cluster}: ignored here, for python -m nat_kd.study: "
+                                         "[resources.training_speed]"), err
+
+
 def test_a_detached_rerun_resubmits_a_queued_job_whose_dependency_failed(tmp_path, monkeypatch):
     """b waits (afterok) on a's job, which failed: the rerun submits a again, and b's job, which can never
     start, is cancelled and submitted again after a's new job."""
