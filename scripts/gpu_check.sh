@@ -4,7 +4,7 @@
 #   bash scripts/gpu_check.sh WHEELS DATA OUT [BUDGET_SECONDS [PHASE...]]
 # WHEELS: the wheels the machine lacks, a built fairseq-fixed among them (docs/installation.md says which);
 # DATA: the raw Multi30k folder; OUT: logs, the benchmarks' results.json files, gpu.csv and summary.txt.
-# PHASES, run in the order given (default: setup main training choose generate):
+# PHASES, run in the order given (default: setup main training generate choose):
 #   setup     the set-up from WHEELS and the GPU's own tests (-m gpu; without this phase, the set-up alone)
 #   suite     the whole suite, the README's test command as it is (on the CPU but for the GPU's own tests)
 #   main      the main job (bash scripts/main.sh), and CTranslate2 on this CUDA
@@ -25,7 +25,7 @@ data="$(cd "${2:?}" && pwd)"
 out="${3:?}"
 budget="${4:-540}"
 phases=("${@:5}")
-(( ${#phases[@]} )) || phases=(setup main training choose generate)
+(( ${#phases[@]} )) || phases=(setup main training generate choose)
 for name in "${phases[@]}"; do
   [[ " setup suite main training choose generate " == *" $name "* ]] \
     || { echo "gpu_check.sh: unknown phase $name: choose among setup suite main training choose generate" >&2; exit 2; }
