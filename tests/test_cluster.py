@@ -646,6 +646,9 @@ class _FakeSlurm:
         scripts = {
             "sbatch": f"""import itertools, pathlib, shutil, sys
 folder = pathlib.Path({str(folder)!r})
+refused = (folder / "refused.txt").read_text().split() if (folder / "refused.txt").is_file() else []
+if any(f"--job-name=nat_kd.{{name}}\\n" in pathlib.Path(sys.argv[-1]).read_text() for name in refused):
+    sys.exit("sbatch: error: Batch job submission failed: Invalid account or account/partition combination")
 n = len(list(folder.glob("job-*.sh"))) + {first_id}
 shutil.copyfile(sys.argv[-1], folder / f"job-{{n}}.sh")
 print(f"Submitted batch job {{n}}")
@@ -679,6 +682,10 @@ states.write_text(json.dumps({{**known, sys.argv[-1]: "CANCELLED by 1000"}}))
         path = self.folder / "states.json"
         known = json.loads(path.read_text()) if path.is_file() else {}
         path.write_text(json.dumps({**known, **states}))
+
+    def refuse(self, *names: str) -> None:
+        """sbatch refuses the jobs of these steps from now on."""
+        (self.folder / "refused.txt").write_text(" ".join(names))
 
     def cancelled(self) -> list[str]:
         path = self.folder / "cancelled.txt"
@@ -989,6 +996,27 @@ def test_one_cluster_file_serves_the_study_and_the_generator(tmp_path, capsys):
                            '[resources.analysis], [resources."teacher.big"]')
     assert "an array of 16 shard job(s) [1 GPU, 8 CPU, 32 GB, 12 h each]" in out
     assert "[0 GPU, 4 CPU, 32 GB, 1 h]" in out and "#SBATCH --partition=gpu" in out
+
+
+def test_a_detached_rerun_cancels_a_queued_job_whose_dependency_cannot_be_submitted_again(tmp_path, monkeypatch):
+    """b waits (afterok) on a's job, which failed, and sbatch now refuses a: b's job could never start, so it
+    is cancelled, and the line says so."""
+    first = _first_id()
+    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
+    root = tmp_path / "study"
+    launcher = JobLauncher(root, "slurm", FAST, detach=True)
+    launcher.submit_plan(Runner(root, launcher=launcher), _plan())
+    jobs = {name: job_id for job_id, (name, _) in slurm.jobs().items()}
+    slurm.set_states(**{jobs["a"]: "FAILED", jobs["b"]: "PENDING", jobs["c"]: "RUNNING"})
+    slurm.refuse("a")
+    time.sleep(2.1)  # submitit asks sacct again at most every 2 s
+    launcher = JobLauncher(root, "slurm", FAST, detach=True)
+    lines, failures = launcher.submit_plan(Runner(root, launcher=launcher), _plan())
+    assert slurm.cancelled() == [jobs["b"]] and len(slurm.jobs()) == 3  # nothing new in the queue
+    assert failures[0].startswith("step a failed: ") and "Invalid account" in failures[0]
+    assert failures[1] == (f"step b not submitted: it needs a; cancelled slurm job {jobs['b']}, which waited on a "
+                           "job of a that will not run")
+    assert lines == [f"c: slurm job {jobs['c']} already in the queue"]
 
 
 def test_a_study_step_named_without_a_dot_is_the_studys_for_the_generator_too(tmp_path, capsys):

@@ -160,7 +160,8 @@ class JobLauncher:
         its dependencies have succeeded (afterok; a job whose dependency failed is removed from the queue), so
         the cluster runs the plan without the driver. A step already in the queue keeps its job, unless a step it
         needs is submitted again now: then its job waits on a job that failed, so it is cancelled and submitted
-        again after the new one (not every cluster removes such a job itself). Returns a line a job and the
+        again after the new one (not every cluster removes such a job itself); if that step cannot be submitted
+        now, the job is cancelled and the step not submitted. Returns a line a job and the
         failures (a refused submission, and the steps that would have waited on it). The steps that run in the
         driver run first, here: the jobs wait for nothing but other jobs."""
         runner.run([s for s in steps if s.in_driver])
@@ -171,7 +172,8 @@ class JobLauncher:
                 continue
             unsubmitted = [d for d in step.deps if states[d] != "done" and d not in ids]
             if unsubmitted:
-                failures.append(f"step {step.name} not submitted: it needs {', '.join(unsubmitted)}")
+                needs = ", ".join(unsubmitted)
+                failures.append(f"step {step.name} not submitted: it needs {needs}" + self._cancel_waiting(step, needs))
                 continue
             after = tuple(ids[d] for d in step.deps if d in ids)
             try:
@@ -206,6 +208,18 @@ class JobLauncher:
             lines.append(f"{step.name}: {cancelled}submitted {self.launcher} job {job.job_id}"
                          + (f" after job(s) {', '.join(after)}" if after else "") + f" ({resources.describe()})")
         return lines, failures
+
+    def _cancel_waiting(self, step: Step, needs: str) -> str:
+        """Cancel the job an earlier run queued for ``step``, which waits on a job of ``needs`` that is no longer
+        queued and could not be submitted again, so it can never start; returns what was done, for the line."""
+        try:
+            job = self._queued(step)
+        except StepError:  # submitted with other settings: left to the user, as the run that meets it says
+            return ""
+        if job is None:
+            return ""
+        job.cancel(check=False)
+        return f"; cancelled {self.launcher} job {job.job_id}, which waited on a job of {needs} that will not run"
 
     def __enter__(self):
         return self
