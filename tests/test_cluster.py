@@ -998,20 +998,30 @@ def test_one_cluster_file_serves_the_study_and_the_generator(tmp_path, capsys):
     assert "[0 GPU, 4 CPU, 32 GB, 1 h]" in out and "#SBATCH --partition=gpu" in out
 
 
-def test_a_detached_rerun_cancels_a_queued_job_whose_dependency_cannot_be_submitted_again(tmp_path, monkeypatch):
-    """b waits (afterok) on a's job, which failed, and sbatch now refuses a: b's job could never start, so it
-    is cancelled, and the line says so."""
-    first = _first_id()
-    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
+def _detached_plan_whose_first_job_failed(tmp_path, monkeypatch):
+    """_plan() submitted with --detach to the stand-in Slurm, then a's job FAILED, b's PENDING on it, c's
+    RUNNING; returns the stand-in, the jobs by step, and a rerun of the same detached submission."""
+    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, _first_id())
     root = tmp_path / "study"
     launcher = JobLauncher(root, "slurm", FAST, detach=True)
     launcher.submit_plan(Runner(root, launcher=launcher), _plan())
     jobs = {name: job_id for job_id, (name, _) in slurm.jobs().items()}
     slurm.set_states(**{jobs["a"]: "FAILED", jobs["b"]: "PENDING", jobs["c"]: "RUNNING"})
+
+    def rerun():
+        time.sleep(2.1)  # submitit asks sacct again at most every 2 s
+        launcher = JobLauncher(root, "slurm", FAST, detach=True)
+        return launcher.submit_plan(Runner(root, launcher=launcher), _plan())
+
+    return slurm, jobs, rerun
+
+
+def test_a_detached_rerun_cancels_a_queued_job_whose_dependency_cannot_be_submitted_again(tmp_path, monkeypatch):
+    """b waits (afterok) on a's job, which failed, and sbatch now refuses a: b's job could never start, so it
+    is cancelled, and the line says so."""
+    slurm, jobs, rerun = _detached_plan_whose_first_job_failed(tmp_path, monkeypatch)
     slurm.refuse("a")
-    time.sleep(2.1)  # submitit asks sacct again at most every 2 s
-    launcher = JobLauncher(root, "slurm", FAST, detach=True)
-    lines, failures = launcher.submit_plan(Runner(root, launcher=launcher), _plan())
+    lines, failures = rerun()
     assert slurm.cancelled() == [jobs["b"]] and len(slurm.jobs()) == 3  # nothing new in the queue
     assert failures[0].startswith("step a failed: ") and "Invalid account" in failures[0]
     assert failures[1] == (f"step b not submitted: it needs a; cancelled slurm job {jobs['b']}, which waited on a "
@@ -1036,16 +1046,8 @@ def test_a_study_step_named_without_a_dot_is_the_studys_for_the_generator_too(tm
 def test_a_detached_rerun_resubmits_a_queued_job_whose_dependency_failed(tmp_path, monkeypatch):
     """b waits (afterok) on a's job, which failed: the rerun submits a again, and b's job, which can never
     start, is cancelled and submitted again after a's new job."""
-    first = _first_id()
-    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
-    root = tmp_path / "study"
-    launcher = JobLauncher(root, "slurm", FAST, detach=True)
-    launcher.submit_plan(Runner(root, launcher=launcher), _plan())
-    jobs = {name: job_id for job_id, (name, _) in slurm.jobs().items()}
-    slurm.set_states(**{jobs["a"]: "FAILED", jobs["b"]: "PENDING", jobs["c"]: "RUNNING"})
-    time.sleep(2.1)  # submitit asks sacct again at most every 2 s
-    launcher = JobLauncher(root, "slurm", FAST, detach=True)
-    lines, failures = launcher.submit_plan(Runner(root, launcher=launcher), _plan())
+    slurm, jobs, rerun = _detached_plan_whose_first_job_failed(tmp_path, monkeypatch)
+    lines, failures = rerun()
     again = {name: (job_id, dependency) for job_id, (name, dependency) in slurm.jobs().items()
              if job_id not in jobs.values()}
     assert failures == [] and set(again) == {"a", "b"} and slurm.cancelled() == [jobs["b"]]
