@@ -2,7 +2,9 @@
 import ctypes
 import json
 import re
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -296,8 +298,8 @@ def fairseq_teacher():
 
 
 FAIRSEQ_FIX = "or use --backend fairseq (the default), which runs on the CUDA that the installed torch was built for"
-CUBLAS_FIX = ("install it (pip install nvidia-cublas-cu12 and add its nvidia/cublas/lib folder to LD_LIBRARY_PATH, or "
-              "put a CUDA 12 toolkit's lib64 folder on LD_LIBRARY_PATH), " + FAIRSEQ_FIX)
+CUBLAS_FIX = (f"install it with setup.cfg's extra: {sys.executable} -m pip install -e '.[cuda12-cublas]' in nat-kd's "
+              "folder (pip's nvidia-cublas-cu12, which the backend then loads itself), " + FAIRSEQ_FIX)
 
 
 @pytest.mark.parametrize("failing, error, message", [
@@ -322,24 +324,149 @@ def test_a_gpu_ctranslate2_cannot_use_is_one_line_naming_the_fix(gpu_machine, fa
     assert str(raised.value) == message
 
 
-def test_an_installed_nvidia_cublas_cu12_is_named_as_the_folder_to_add(gpu_machine, tmp_path, monkeypatch):
-    from types import SimpleNamespace
+def system_library(name: str) -> Path:
+    """The file of a shared library this process has loaded (from /proc/self/maps)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        path = line.split(maxsplit=5)[-1]
+        if path.startswith("/") and Path(path).name == name:
+            return Path(path)
+    pytest.skip(f"{name} is not loaded in this process")
 
+
+def fake_nvidia_package(root: Path, names) -> Path:
+    """A site-packages folder holding an ``nvidia.cublas`` package whose lib/ has ``names``: copies of the
+    system's libm, real shared libraries that load anywhere, standing in for cuBLAS. Regular packages (with
+    __init__.py), so that they come before any ``nvidia`` namespace already installed."""
+    lib = root / "nvidia" / "cublas" / "lib"
+    lib.mkdir(parents=True)
+    for package in (root / "nvidia", root / "nvidia" / "cublas"):
+        (package / "__init__.py").write_text("")
+    for name in names:
+        shutil.copyfile(system_library("libm.so.6"), lib / name)
+    return lib
+
+
+@pytest.fixture
+def loads_and_imports(gpu_machine, monkeypatch):
+    """Every library loaded by path (the backend's ctypes.CDLL) and every import of ctranslate2, in order; the
+    backend's once-per-process record cleared, and no nvidia package visible until a test makes one."""
+    import builtins
+
+    from nat_kd.distill.backends import ctranslate2 as backend
+
+    events, cdll, real_import = [], backend.ctypes.CDLL, builtins.__import__
+
+    def load(name, *args, **kw):
+        if "/" in str(name):
+            events.append(("load", str(name), kw.get("mode")))
+        return cdll(name, *args, **kw)
+
+    def recording_import(name, *args, **kw):
+        if name.split(".")[0] == "ctranslate2":
+            events.append(("import", name))
+        return real_import(name, *args, **kw)
+
+    monkeypatch.setattr(backend.ctypes, "CDLL", load)
+    monkeypatch.setattr(builtins, "__import__", recording_import)
+    monkeypatch.setattr(backend, "_pip_cublas", None)
+    return events
+
+
+def use_site(monkeypatch, site: Path) -> None:
+    """``site`` first on sys.path; the nvidia modules imported from it are gone again after the test."""
+    for name in ("nvidia", "nvidia.cublas"):
+        monkeypatch.setitem(sys.modules, name, None)
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(site))
+
+
+def test_pip_cublas_12_is_loaded_before_ctranslate2_once_per_process(loads_and_imports, tmp_path, monkeypatch):
+    """Where nvidia-cublas-cu12 is installed, ``--device cuda`` loads its libcublasLt.so.12 then libcublas.so.12,
+    by path and RTLD_GLOBAL, before ctranslate2 is imported, so that CTranslate2's own dlopen by name finds them
+    without LD_LIBRARY_PATH (CTranslate2 issue #1933; the fix of faster-whisper issue #153)."""
+    from nat_kd.distill.backends.ctranslate2 import check, import_ctranslate2
+
+    lib = fake_nvidia_package(tmp_path / "site", ["libcublasLt.so.12", "libcublas.so.12"])
+    teacher = fairseq_teacher()
+    use_site(monkeypatch, tmp_path / "site")
+    check(BackendSettings(name="ctranslate2", decoding=DecodingSettings(), device="cuda:0"), teacher)
+    expected = [("load", str(lib / "libcublasLt.so.12"), ctypes.RTLD_GLOBAL),
+                ("load", str(lib / "libcublas.so.12"), ctypes.RTLD_GLOBAL)]
+    assert loads_and_imports[:3] == [*expected, ("import", "ctranslate2")]
+    mapped = Path("/proc/self/maps").read_text()
+    assert str(lib / "libcublasLt.so.12") in mapped and str(lib / "libcublas.so.12") in mapped  # really loaded
+    # once per process: a second check, the backend's own import and a worker's all find them loaded
+    check(BackendSettings(name="ctranslate2", decoding=DecodingSettings(), device="cuda"), teacher)
+    import_ctranslate2("cuda:1")
+    assert [e for e in loads_and_imports if e[0] == "load"] == expected
+
+
+@pytest.mark.parametrize("installed", [None, ["libcublas.so.13", "libcublasLt.so.13"], ["libcublas.so.12"]])
+def test_without_pip_cublas_12_nothing_is_loaded_and_nothing_said(loads_and_imports, tmp_path, monkeypatch,
+                                                                  capsys, caplog, installed):
+    """No nvidia package, another CUDA's cuBLAS in its place, or an incomplete one: nothing loaded, nothing
+    printed or logged; CTranslate2 is imported as it was."""
+    from nat_kd.distill.backends.ctranslate2 import import_ctranslate2, load_pip_cublas
+
+    if installed is not None:
+        fake_nvidia_package(tmp_path / "site", installed)
+        use_site(monkeypatch, tmp_path / "site")
+    caplog.set_level("DEBUG")
+    assert import_ctranslate2("cuda") is ctranslate2 and load_pip_cublas("cuda") == []
+    assert loads_and_imports == [("import", "ctranslate2")]
+    assert capsys.readouterr() == ("", "") and caplog.records == []
+
+
+def test_a_cpu_run_neither_looks_for_nor_loads_pip_cublas(loads_and_imports, tmp_path, monkeypatch):
+    from nat_kd.distill.backends import ctranslate2 as backend
+
+    fake_nvidia_package(tmp_path / "site", ["libcublasLt.so.12", "libcublas.so.12"])
+    use_site(monkeypatch, tmp_path / "site")
+
+    def looked():
+        raise AssertionError("a CPU run looked for nvidia-cublas-cu12")
+
+    monkeypatch.setattr(backend, "pip_cublas_folder", looked)
+    backend.check(BackendSettings(name="ctranslate2", decoding=DecodingSettings(), device="cpu"), fairseq_teacher())
+    assert backend.import_ctranslate2("cpu") is ctranslate2
+    assert [e for e in loads_and_imports if e[0] == "load"] == [] and backend._pip_cublas is None
+    with pytest.raises(AssertionError, match="looked for"):  # where a GPU run looks
+        backend.load_pip_cublas("cuda")
+
+
+def test_a_pip_cublas_that_does_not_load_is_one_line(loads_and_imports, tmp_path, monkeypatch):
     from nat_kd.distill.backends.ctranslate2 import check
 
-    lib = tmp_path / "site-packages" / "nvidia" / "cublas" / "lib"
-    lib.mkdir(parents=True)
-    cublas = SimpleNamespace(__path__=[str(lib.parent)])
-    monkeypatch.setitem(sys.modules, "nvidia", SimpleNamespace(__path__=[str(lib.parent.parent)], cublas=cublas))
-    monkeypatch.setitem(sys.modules, "nvidia.cublas", cublas)
-    gpu_machine["libcublas.so.12"] = OSError(NO_CUBLAS)
+    lib = fake_nvidia_package(tmp_path / "site", ["libcublasLt.so.12"])
+    (lib / "libcublas.so.12").write_bytes(b"not a shared library")
+    use_site(monkeypatch, tmp_path / "site")
     settings = BackendSettings(name="ctranslate2", decoding=DecodingSettings(), device="cuda")
-    with pytest.raises(SettingsError, match=r"install it \(pip install nvidia-cublas-cu12 and add"):
-        check(settings, fairseq_teacher())  # a folder without the library: not the CUDA 12 package
-    (lib / "libcublas.so.12").write_bytes(b"")
-    added = re.escape(f"install it (nvidia-cublas-cu12 is installed: add {lib} to LD_LIBRARY_PATH), or use --backend")
-    with pytest.raises(SettingsError, match=added):
+    with pytest.raises(SettingsError, match=rf"^--device cuda: cannot load {re.escape(str(lib))}/libcublas.so.12 "
+                       r"of the installed nvidia-cublas-cu12 \(.*\): reinstall it \(.* -m pip install "
+                       r"--force-reinstall nvidia-cublas-cu12\), or use --backend fairseq$"):
         check(settings, fairseq_teacher())
+
+
+def test_the_session_loads_pip_cublas_before_the_teacher(loads_and_imports, tmp_path, monkeypatch):
+    """A published teacher's folder imports ctranslate2 as it loads (teachers.py): the session loads pip's cuBLAS
+    before any teacher; for the fairseq backend it does not."""
+    from nat_kd.distill import workers
+
+    lib = fake_nvidia_package(tmp_path / "site", ["libcublasLt.so.12", "libcublas.so.12"])
+    use_site(monkeypatch, tmp_path / "site")
+
+    class TeacherLoading(Exception):
+        pass
+
+    def load_teacher(self, cfg):
+        raise TeacherLoading
+
+    monkeypatch.setattr(workers.Session, "_load_fairseq_teacher", load_teacher)
+    for backend in ("fairseq", "ctranslate2"):
+        cfg = DistillConfig(teachers=[str(tmp_path / "t.pt")], out_dir=str(tmp_path / "o"), backend=backend)
+        with pytest.raises(TeacherLoading):
+            workers.Session(cfg, "cuda")
+    assert [e[1] for e in loads_and_imports] == [str(lib / "libcublasLt.so.12"), str(lib / "libcublas.so.12")]
 
 
 def test_no_driver_at_all_reads_as_no_driver_not_an_old_one(gpu_machine):

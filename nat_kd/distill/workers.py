@@ -63,6 +63,10 @@ class Session:
 
     def __init__(self, cfg: DistillConfig, device: str = "cpu"):
         self.cfg, self.device = cfg, device
+        if cfg.backend == "ctranslate2":  # before a published teacher's folder imports ctranslate2 as it loads
+            from .backends.ctranslate2 import load_pip_cublas
+
+            load_pip_cublas(device)
         self.strategy = build_strategy(cfg.decoding)
         if cfg.published_teacher:
             self.teacher = PublishedTeacher(cfg.teachers[0], cfg.conversion_cache(), cfg.file_languages(),

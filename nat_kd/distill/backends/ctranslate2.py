@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import re
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,12 +56,62 @@ CUBLAS_LIBRARY = "libcublas.so.12"
 LIBRARY_ERROR = re.compile(r"Library (\S+) is not found or cannot be loaded"  # CTranslate2's dlopen stub
                            r"|(\S+\.so[.\d]*): cannot open shared object file")  # dlopen's own (ctypes)
 CUDA_ERROR = re.compile(r"CUDA failed with error (.+)")
+# pip's nvidia-cublas-cu12 (setup.cfg's extra cuda12-cublas) puts CUDA 12's cuBLAS in site-packages, where no
+# loader looks. Loaded by path with RTLD_GLOBAL before ctranslate2, CTranslate2's dlopen("libcublas.so.12") then
+# finds it by its soname. libcublas.so.12 needs libcublasLt.so.12, so that one goes first.
+PIP_CUBLAS_LIBRARIES = ("libcublasLt.so.12", "libcublas.so.12")
+CUBLAS_EXTRA = "cuda12-cublas"
+_pip_cublas: list[str] | None = None  # what load_pip_cublas loaded in this process (None: not tried yet)
+
+
+def pip_cublas_folder() -> Path | None:
+    """The ``nvidia/cublas/lib`` folder of an installed nvidia-cublas-cu12 holding CUDA 12's cuBLAS, else None
+    (not installed, or another CUDA's package in that place)."""
+    try:
+        import nvidia.cublas
+    except ImportError:
+        return None
+    for folder in (Path(p) / "lib" for p in nvidia.cublas.__path__):
+        if all((folder / name).is_file() for name in PIP_CUBLAS_LIBRARIES):
+            return folder
+    return None
+
+
+def load_pip_cublas(device: str) -> list[str]:
+    """On a GPU, load pip's CUDA 12 cuBLAS (if installed) so that CTranslate2 finds it; once per process. Returns
+    the libraries' paths, in the order loaded (none where the package is absent or the device is the CPU)."""
+    global _pip_cublas
+    if device_and_index(device)[0] != "cuda" or not sys.platform.startswith("linux"):
+        return []
+    if _pip_cublas is None:
+        folder = pip_cublas_folder()
+        loaded = []
+        for path in ([str(folder / name) for name in PIP_CUBLAS_LIBRARIES] if folder else []):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            except OSError as err:
+                pip = f"{shlex.quote(sys.executable)} -m pip"
+                raise SettingsError(f"--device {device}: cannot load {path} of the installed nvidia-cublas-cu12 "
+                                    f"({err}): reinstall it ({pip} install --force-reinstall nvidia-cublas-cu12), "
+                                    "or use --backend fairseq") from None
+            loaded.append(path)
+        if loaded:
+            logger.info("loaded CUDA 12's cuBLAS for CTranslate2 from %s (nvidia-cublas-cu12)", folder)
+        _pip_cublas = loaded
+    return _pip_cublas
+
+
+def import_ctranslate2(device: str):
+    """The ctranslate2 module, imported after pip's CUDA 12 cuBLAS was loaded where ``device`` is a GPU."""
+    load_pip_cublas(device)
+    import ctranslate2
+
+    return ctranslate2
 
 
 def check(settings: BackendSettings, teacher) -> None:
     """Refuse, before converting anything, what this backend cannot decode as the fairseq backend would."""
-    import ctranslate2
-
+    ctranslate2 = import_ctranslate2(settings.device)
     if not isinstance(teacher, PublishedTeacher):  # a published teacher is a CTranslate2 model already
         check_fairseq_teacher(teacher)
     if settings.decoding.max_len_a != 0:
@@ -87,7 +138,7 @@ def gpu_error(err: BaseException, device: str) -> SettingsError | None:
     if library:
         name = library.group(1) or library.group(2)
         return SettingsError(f"--device {device}: {version} cannot load {name}, CUDA 12's cuBLAS, which its wheels "
-                             f"need whatever CUDA this machine has: install it ({cublas_install()}), {fairseq}")
+                             f"need whatever CUDA this machine has: install it {cublas_install()}, {fairseq}")
     if cuda is None:
         return None
     what = cuda.group(1).strip()
@@ -110,17 +161,10 @@ def gpu_error(err: BaseException, device: str) -> SettingsError | None:
 
 
 def cublas_install() -> str:
-    """How to make CUDA 12's cuBLAS loadable: the folder to add if pip's nvidia-cublas-cu12 is installed."""
-    try:
-        import nvidia.cublas
-        folders = [Path(p) / "lib" for p in nvidia.cublas.__path__]
-    except ImportError:
-        folders = []
-    found = [f for f in folders if (f / CUBLAS_LIBRARY).is_file()]
-    if found:
-        return f"nvidia-cublas-cu12 is installed: add {found[0]} to LD_LIBRARY_PATH"
-    return ("pip install nvidia-cublas-cu12 and add its nvidia/cublas/lib folder to LD_LIBRARY_PATH, or put a CUDA "
-            "12 toolkit's lib64 folder on LD_LIBRARY_PATH")
+    """How to install CUDA 12's cuBLAS where this backend loads it itself: setup.cfg's extra, with this Python's
+    pip, from nat-kd's folder (its editable install, as scripts/bootstrap.sh makes it)."""
+    return (f"with setup.cfg's extra: {shlex.quote(sys.executable)} -m pip install -e '.[{CUBLAS_EXTRA}]' in "
+            "nat-kd's folder (pip's nvidia-cublas-cu12, which the backend then loads itself)")
 
 
 @contextmanager
@@ -209,8 +253,7 @@ class CTranslate2Backend:
     name = "ctranslate2"
 
     def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1):
-        import ctranslate2
-
+        ctranslate2 = import_ctranslate2(settings.device)
         strategy, teacher = build_strategy(settings.decoding), inputs.teacher
         self.threads, self.seed = threads, settings.decoding.seed
         self.src_dict = teacher.src_dict
