@@ -4,7 +4,7 @@ backend) against plain fairseq-generate (beam search), on the CPU or a GPU.
     nice python scripts/bench_generate.py --teacher-path runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \
         --prepared data/multi30k.en-de.spm8000 --split train --beam 5 --repeats 2 \
         [--backend ctranslate2 --compute-type float32 int8] [--device cuda [--fp16]] [--limit N] \
-        [--variant w4='--workers 4' --variant fp16=--fp16 ...]
+        [--variant w4='--workers 4' --variant fp16=--fp16 --variant auto='--max-tokens auto' ...]
 
 Every decoder runs end to end as a separate process (start-up, model loading, decoding, writing: what a user
 waits for), one after the other in each of ``--repeats`` rounds, with the same checkpoint, beam, length
@@ -14,8 +14,9 @@ teacher is converted once before the rounds (its time is printed apart). Prints 
 speed ratios against fairseq-generate and against the fairseq backend, the share of hypotheses identical
 (token for token) to fairseq-generate's and to the fairseq backend's, BLEU against the reference, the
 machine's load, and how many sentences fairseq-generate returns with its default batch-size multiple.
-``--variant`` times our generator again with other arguments (workers, batch size, fp16) in the same rounds,
-each against the same fairseq-generate run.
+``--variant`` times our generator again with other arguments (workers, batch size, fp16, batches sized to the
+GPU's free memory by --max-tokens auto) in the same rounds, each against the same fairseq-generate run; each
+run's batch limits (what auto chose, too) are printed with its agreement.
 """
 from __future__ import annotations
 
@@ -106,7 +107,10 @@ def agreement(work: Path, runners, split: str, tgt: str, prepared: PreparedCorpu
                  f"({100 * same_as_ours / n:.2f}%)")
               + f"; BLEU {scores[name]:.2f} ({scores[name] - scores['nat_kd']:+.2f} vs the fairseq backend); "
               f"{meta['sentences']} lines; decode-only {meta['timing']['sentences_per_second']} sent/s with "
-              f"{meta['timing']['workers']} worker(s) x {meta['timing']['threads_per_worker']} thread(s)", flush=True)
+              f"{meta['timing']['workers']} worker(s) x {meta['timing']['threads_per_worker']} thread(s); batches "
+              f"of up to {meta['batching']['max_tokens']} tokens and "
+              f"{meta['batching']['max_sentences'] or 'any number of'} sentences"
+              + (" (--max-tokens auto)" if "auto" in meta["batching"] else ""), flush=True)
     return ref, pieces, scores
 
 
@@ -135,7 +139,8 @@ def main() -> None:
     p.add_argument("--ct2-threads", type=int, default=0, help="ctranslate2 runs' --threads (0: the default)")
     p.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
                    help="also time our generator with ARGS added to its command (a later flag wins), in every "
-                        "round, e.g. w4='--workers 4', fp16=--fp16, big='--max-tokens 32000'; repeatable")
+                        "round, e.g. w4='--workers 4', fp16=--fp16, big='--max-tokens 32000', auto='--max-tokens "
+                        "auto'; repeatable")
     p.add_argument("--skip-default-count", action="store_true")
     args = p.parse_args()
     variants = {}

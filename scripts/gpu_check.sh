@@ -12,7 +12,7 @@
 #             fp32 and --fp16, until the budget's end
 #   choose    python -m nat_kd.choose: GLAT pilots on the GPU, which train, exit and are scored as a user's
 #   generate  scripts/bench_generate.py: the generator against fairseq-generate, with more workers sharing the
-#             GPU, --fp16 and bigger batches
+#             GPU, --fp16, bigger batches and batches sized to the GPU's free memory (--max-tokens auto)
 # choose and generate need the main job's teacher and distilled set, from this call or an earlier one in the
 # same checkout; training prepares the data if no phase did. A phase starts only while the budget lasts; the
 # training benchmark stops at its deadline. Device time is scarce: docs/results/gpu/README.md says which
@@ -111,7 +111,8 @@ run_choose() {  # pilots as a user runs them: fairseq-train on the GPU, its exit
 run_generate() {  # the first 10,000 training sentences; each variant against the same fairseq-generate run
   phase generate python scripts/bench_generate.py --teacher-path "$teacher" --prepared "$(prepared)" \
     --split train --limit 10000 --beam 5 --max-tokens 12000 --repeats 1 --skip-default-count --device cuda \
-    --workers 1 --variant w2="--workers 2" --variant w4="--workers 4" --variant fp16=--fp16 \
+    --workers 1 --variant auto="--max-tokens auto" --variant fp16auto="--fp16 --max-tokens auto" \
+    --variant w2="--workers 2" --variant w4="--workers 4" --variant fp16=--fp16 \
     --variant big="--max-tokens 32000" --variant fp16w4="--fp16 --workers 4"
   grep -E "identical|sent/s|speed vs" "$out/generate.log" >> "$summary"
 }

@@ -47,6 +47,20 @@ if TYPE_CHECKING:
 # importing them imports fairseq, which logs as it loads (nat_kd.cli.setup_logging).
 
 
+def max_tokens_argument(value: str) -> int | str:
+    """--max-tokens: a positive number of tokens, or auto."""
+    if value == "auto":
+        return value
+    try:
+        tokens = int(value)
+    except ValueError:
+        tokens = 0
+    if tokens < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of tokens (e.g. 12000), or auto to size "
+                                         "batches to the GPU's free memory")
+    return tokens
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser; the options of the --bpe and --tokenizer named in ``argv`` (default: sys.argv) are added
     as fairseq adds them."""
@@ -97,9 +111,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     run = p.add_argument_group("output and running")
     run.add_argument("--out", required=True, help="output folder")
     run.add_argument("--name", help="name recorded in meta.json (default: the output folder's name)")
-    run.add_argument("--max-tokens", type=int, default=12000,
+    run.add_argument("--max-tokens", type=max_tokens_argument, default=12000, metavar="N|auto",
                      help="tokens per batch, source or reference, whichever is longer (default: fairseq-generate's "
-                          "own; docs/generate_distilled.md compares batch sizes)")
+                          "own; docs/generate_distilled.md compares batch sizes); auto: on a GPU, the fairseq "
+                          "backend's batches (tokens and sentences) sized to its free memory by a conservative "
+                          "bound (nat_kd/distill/autobatch.py), recorded in meta.json's batching")
     run.add_argument("--max-sentences", type=int, default=None, help="sentences per batch")
     run.add_argument("--chunk-sentences", type=int, default=500, help="sentences per saved progress chunk")
     run.add_argument("--num-shards", type=int, default=None, help="default: $WORLD_SIZE (torchrun), else 1")

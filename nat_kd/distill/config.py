@@ -8,6 +8,7 @@ from pathlib import Path
 from nat_kd.errors import SettingsError
 from nat_kd.tokenization import TokenizationSettings
 
+from .autobatch import AUTO
 from .decoding import DecodingSettings
 from .teachers import is_published
 
@@ -26,7 +27,7 @@ class DistillConfig:
     dict_dir: str | None = None  # the teacher's dictionaries (default: the folder it was trained on)
     decoding: DecodingSettings = field(default_factory=DecodingSettings)
     name: str | None = None  # recorded in meta.json (default: the output folder's name)
-    max_tokens: int = 12000  # fairseq-generate's default
+    max_tokens: int | str = 12000  # fairseq-generate's default; "auto": sized to the GPU's memory (autobatch.py)
     max_sentences: int | None = None
     chunk_sentences: int = 500
     num_shards: int | None = None  # default: torchrun's WORLD_SIZE, else 1
@@ -86,6 +87,14 @@ class DistillConfig:
         if self.check_against_fairseq and self.backend == "fairseq":
             raise SettingsError("--check-against-fairseq compares another backend with fairseq: add --backend "
                                 "ctranslate2")
+        if self.max_tokens == AUTO:
+            if self.backend != "fairseq":
+                raise SettingsError("--max-tokens auto sizes the fairseq backend's beam search to the GPU's memory; "
+                                    f"with --backend {self.backend} give --max-tokens a number")
+            if (self.num_shards or 1) > 1:
+                raise SettingsError(f"--max-tokens auto: the {self.num_shards} shards must share one plan of batches, "
+                                    "and each would size its own to its GPU: give --max-tokens a number (a one-shard "
+                                    "run's meta.json records what auto chose)")
         if self.backend != "fairseq" and self.fp16:
             raise SettingsError("--fp16 is for the fairseq backend; with --backend ctranslate2 use --compute-type "
                                 "float16 (or bfloat16) on a GPU")

@@ -20,6 +20,7 @@ from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
 
 from .agreement import check_against, check_references
+from .autobatch import AUTO, AutoBatching, auto_batching
 from .backends import backend_class
 from .config import DistillConfig
 from .output import write_output
@@ -42,6 +43,7 @@ class DistillResult:
 def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float,
            agreement: dict) -> dict:
     cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
+    max_tokens, max_sentences = session.batch_limits()
     store.check_complete(len(chunks), num_shards)
     out_dir = Path(cfg.out_dir)
     atomic.remove_stale_builds(out_dir)  # left by a merge killed mid-write
@@ -75,9 +77,10 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
         "empty_outputs": sum(1 for p in pieces if not p),
         "scores": scores(statistics, target_text, corpus.references),
-        "batching": {"max_tokens": cfg.max_tokens, "max_sentences": cfg.max_sentences,
+        "batching": {"max_tokens": max_tokens, "max_sentences": max_sentences,
                      "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
-                     "required_batch_size_multiple": 1, "num_shards": num_shards},
+                     "required_batch_size_multiple": 1, "num_shards": num_shards,
+                     **({"auto": session.auto.record} if session.auto else {})},
         **agreement,
         "fingerprint": session.fingerprint(), "nat_kd_version": __version__,
         "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
@@ -111,6 +114,12 @@ def already_done(out: DistilledSet, fingerprint: dict) -> dict | None:
     return meta if meta is not None and meta.get("fingerprint") == fingerprint else None
 
 
+def check_auto_device(cfg: DistillConfig, device: str) -> None:
+    if cfg.max_tokens == AUTO and device == "cpu":
+        raise SettingsError("--max-tokens auto sizes batches to a GPU's free memory, and this run decodes on the "
+                            "CPU: give --max-tokens a number (default 12000), or add --device cuda")
+
+
 def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) -> Session:
     """The teacher and the corpus loaded, and every setting checked that can be before decoding: what each run
     refuses first, and a cluster driver before it submits its jobs (``check_backend`` False: on a machine
@@ -118,6 +127,8 @@ def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) ->
     cfg.check()
     if check_backend and cfg.fp16 and device == "cpu":
         raise SettingsError("--fp16 runs the teacher in half precision on a GPU: add --device cuda")
+    if check_backend:
+        check_auto_device(cfg, device)
     session = Session(cfg, device)
     if check_backend:
         backend_class(cfg.backend).check(session.backend_settings, session.teacher)
@@ -128,6 +139,25 @@ def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) ->
 def check_set_folder(out: DistilledSet) -> None:
     """Refuse an output folder that holds something other than a distilled set: writing the set replaces it."""
     atomic.check_replaceable(out.root, out.meta_file.name, "a distilled set", "--out")
+
+
+def planned_auto_batching(session: Session, store: ChunkStore, fingerprint: dict, device: str, workers: int,
+                          num_shards: int) -> AutoBatching:
+    """--max-tokens auto: the limits saved with this command's plan, so that a rerun decodes the same batches;
+    else sized now to the GPU (autobatch.py)."""
+    if num_shards > 1:  # torchrun's WORLD_SIZE (DistillConfig.check refuses --num-shards)
+        raise SettingsError(f"--max-tokens auto: the {num_shards} shards must share one plan of batches, and each "
+                            "would size its own to its GPU: give --max-tokens a number")
+    saved = store.saved_batching(fingerprint)
+    if saved is not None:
+        return AutoBatching(**saved)
+    if session.cfg.merge_only:
+        raise ProgressError(f"--merge: {store.dir} holds no plan of this command: --max-tokens auto plans its "
+                            "batches when it decodes; run the command without --merge")
+    auto = auto_batching(session, device, workers)
+    logger.info("--max-tokens auto: batches of up to %d tokens and %d sentences (%.1f GiB free on %s)",
+                auto.max_tokens, auto.max_sentences, auto.record["free_bytes"] / 2**30, device)
+    return auto
 
 
 def distill(cfg: DistillConfig) -> DistillResult:
@@ -147,7 +177,10 @@ def distill(cfg: DistillConfig) -> DistillResult:
         return DistillResult(out_dir, True, done)
     check_set_folder(out)
     store = ChunkStore(out.progress_dir)
-    chunks = store.open_plan(fingerprint, plan_chunks(session.batches(), cfg.chunk_sentences))
+    if cfg.max_tokens == AUTO:
+        session.auto = planned_auto_batching(session, store, fingerprint, device, workers, num_shards)
+    chunks = store.open_plan(fingerprint, plan_chunks(session.batches(), cfg.chunk_sentences),
+                             batching=session.auto and asdict(session.auto))
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
     decoded, decode_wall = 0, 0.0
     if not cfg.merge_only:

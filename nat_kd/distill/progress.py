@@ -51,8 +51,9 @@ class ChunkStore:
     def chunk_path(self, index: int) -> Path:
         return self.dir / f"chunk-{index:06d}.json"
 
-    def open_plan(self, fingerprint: dict, chunks: list) -> list:
-        """Write the plan, or check an existing one was made by the same command; returns the chunks."""
+    def open_plan(self, fingerprint: dict, chunks: list, batching: dict | None = None) -> list:
+        """Write the plan (with ``batching``: the batch limits --max-tokens auto chose for it), or check an
+        existing one was made by the same command; returns the chunks."""
         plan_file = self.dir / "plan.json"
         if plan_file.is_file():
             saved = json.loads(plan_file.read_text(encoding="utf-8"))
@@ -63,8 +64,18 @@ class ChunkStore:
                     f"{self.dir} holds progress of a different run (changed: {', '.join(changed)}). Rerun the "
                     "original command to finish it, or delete that folder to start over")
             return saved["chunks"]
-        atomic.write_json(plan_file, {"fingerprint": fingerprint, "chunks": chunks})
+        atomic.write_json(plan_file, {"fingerprint": fingerprint, "chunks": chunks,
+                                      **({"batching": batching} if batching else {})})
         return chunks
+
+    def saved_batching(self, fingerprint: dict) -> dict | None:
+        """The batching recorded with a saved plan of the same command (--max-tokens auto's choice), if any: a
+        rerun decodes the saved plan's batches, whatever the GPU's free memory is now."""
+        plan_file = self.dir / "plan.json"
+        if not plan_file.is_file():
+            return None
+        saved = json.loads(plan_file.read_text(encoding="utf-8"))
+        return saved.get("batching") if saved["fingerprint"] == fingerprint else None
 
     def is_done(self, index: int) -> bool:
         return self.chunk_path(index).is_file()

@@ -23,6 +23,7 @@ from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 from nat_kd.machine import available_cores
 
+from .autobatch import AUTO, AutoBatching
 from .backends import BackendInputs, BackendSettings, backend_class, build_backend
 from .config import DistillConfig
 from .decoding import build_strategy
@@ -63,6 +64,7 @@ class Session:
 
     def __init__(self, cfg: DistillConfig, device: str = "cpu"):
         self.cfg, self.device = cfg, device
+        self.auto: AutoBatching | None = None  # what --max-tokens auto chose (set by pipeline.distill)
         if cfg.backend == "ctranslate2":  # before a published teacher's folder imports ctranslate2 as it loads
             from .backends.ctranslate2 import load_pip_cublas
 
@@ -129,13 +131,23 @@ class Session:
             shuffle=self.cfg.split != "test", num_buckets=setting("num_batch_buckets", 0),
             pad_to_multiple=setting("required_seq_len_multiple", 1))
 
+    def batch_limits(self) -> tuple[int | None, int | None]:
+        """(max tokens, max sentences) of a batch: the settings, or what --max-tokens auto chose."""
+        if self.auto is not None:
+            return self.auto.max_tokens, self.auto.max_sentences
+        if self.cfg.max_tokens == AUTO:
+            raise SettingsError("--max-tokens auto sizes batches in the run that decodes them, on its GPU: give "
+                                "--max-tokens a number here")
+        return self.cfg.max_tokens, self.cfg.max_sentences
+
     def batches(self) -> list[list[int]]:
         """fairseq-generate's own batching (length-sorted, by tokens, its seed), with every sentence kept:
         batch multiple 1, and no size filter (over-long sources were truncated beforehand)."""
+        max_tokens, max_sentences = self.batch_limits()
         sizes = self.dataset.num_tokens_vec(np.arange(len(self.corpus)))
         longest = int(sizes.argmax())
-        if self.cfg.max_tokens is not None and sizes[longest] > self.cfg.max_tokens:
-            raise SettingsError(f"--max-tokens {self.cfg.max_tokens} is smaller than the longest sentence (line "
+        if max_tokens is not None and sizes[longest] > max_tokens:
+            raise SettingsError(f"--max-tokens {max_tokens} is smaller than the longest sentence (line "
                                 f"{longest + 1}: {sizes[longest]} tokens in the source or the reference); raise "
                                 f"--max-tokens to at least {sizes[longest]}")
         if isinstance(self.teacher, PublishedTeacher):
@@ -144,11 +156,11 @@ class Session:
 
             with data_utils.numpy_seed(1):
                 order = self.dataset.ordered_indices()
-            batches = self.dataset.batch_by_size(order, max_tokens=self.cfg.max_tokens,
-                                                 max_sentences=self.cfg.max_sentences, required_batch_size_multiple=1)
+            batches = self.dataset.batch_by_size(order, max_tokens=max_tokens, max_sentences=max_sentences,
+                                                 required_batch_size_multiple=1)
         else:
             batches = self.teacher.task.get_batch_iterator(
-                dataset=self.dataset, max_tokens=self.cfg.max_tokens, max_sentences=self.cfg.max_sentences,
+                dataset=self.dataset, max_tokens=max_tokens, max_sentences=max_sentences,
                 max_positions=None, ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1,
                 num_shards=1, shard_id=0, num_workers=0, disable_iterator_cache=True).frozen_batches
         return [list(map(int, batch)) for batch in batches]
@@ -289,6 +301,12 @@ def out_of_gpu_memory(err: BaseException, cfg: DistillConfig, device: str, worke
     if not (isinstance(err, torch.cuda.OutOfMemoryError)
             or (isinstance(err, RuntimeError) and "CUDA failed with error out of memory" in str(err))):
         return None
+    if cfg.max_tokens == AUTO:  # a bound that did not hold (autobatch.py)
+        return OutOfGPUMemory(
+            f"out of GPU memory on {device}, decoding the batches --max-tokens auto sized (plan.json's batching "
+            f"in {cfg.out_dir}.partial) in {workers} process(es) on it; the chunks saved so far are kept. Rerun "
+            "with fewer --workers to go on from them, or start again in smaller batches: --max-tokens a number "
+            "below auto's and another --out")
     return OutOfGPUMemory(
         f"out of GPU memory on {device}, decoding batches of up to --max-tokens {cfg.max_tokens} tokens in "
         f"{workers} process(es) on it; the chunks saved so far are kept. Rerun with fewer --workers to go on "
