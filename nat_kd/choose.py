@@ -18,7 +18,6 @@ import argparse
 import filecmp
 import os
 import sys
-from contextlib import nullcontext
 from dataclasses import asdict
 from itertools import zip_longest
 from pathlib import Path
@@ -28,8 +27,9 @@ from nat_kd.artifacts import BinarizedData, DistilledSet, PreparedCorpus
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import iter_lines
 from nat_kd.errors import SettingsError
-from nat_kd.launch import (ClusterConfig, add_launcher_arguments, check_launcher_arguments, read_cluster_file,
-                           sigterm_as_interrupt)
+from nat_kd.launch.arguments import add_launcher_arguments, check_launcher_arguments
+from nat_kd.launch.settings import ClusterConfig, read_cluster_file
+from nat_kd.launch.signals import submitit_warnings_once
 from nat_kd.markdown import cell, table
 
 # the full training a pilot stands for: the `students` and `capacity` profiles' student recipe
@@ -343,7 +343,7 @@ def main(argv=None) -> int:
 
 
 def _choose(args) -> int:
-    from nat_kd.study.cluster import JobLauncher, check_resources, dry_run, submit_detached
+    from nat_kd.study.cluster import JobLauncher, check_resources, dry_run, run_stoppable, submit_detached
     from nat_kd.study.plan import shape_label, student_family, student_shape
     from nat_kd.study.steps import Runner
 
@@ -375,6 +375,8 @@ def _choose(args) -> int:
     if args.launcher != "local" or args.dry_run:
         check_resources(cluster, steps, args.cluster or "--cluster")
     launcher = JobLauncher(out, args.launcher, cluster, args.detach) if args.launcher != "local" else None
+    if launcher:
+        submitit_warnings_once()
     runner = Runner(out, jobs=args.jobs, threads=args.threads, launcher=launcher)
     detached = args.detach and args.launcher == "slurm"
     if args.dry_run:
@@ -383,8 +385,7 @@ def _choose(args) -> int:
     if detached:  # the pilots chained in Slurm's queue; the same command without --detach collects them
         return submit_detached(launcher, runner, steps, "run the same command without --detach once they have "
                                "run: it waits for what is left and writes the ranking")
-    with sigterm_as_interrupt() if launcher else nullcontext():
-        records = runner.run(steps)
+    records = run_stoppable(runner, steps, launcher)
     # what next_steps --from-ranking reads: the student piloted, its --shape, and where each set is
     rank = {**ranking(records, list(candidates), family, shape_label(args.arch, student_shape(args.shape)),
                       args.updates), "arch": args.arch, "shape": args.shape,

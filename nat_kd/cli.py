@@ -79,7 +79,7 @@ def is_toolkit_error(err: BaseException) -> bool:
 def _stopped_line_on_sigterm():
     """SIGTERM (a kill, the end of a job the command runs in) prints STOPPED, then ends the command as SIGTERM
     does: at once, so that the processes it started watching it end with it (the study's local steps). A driver
-    of cluster jobs turns SIGTERM into Ctrl-C instead (nat_kd.launch.sigterm_as_interrupt), to cancel its jobs.
+    of cluster jobs turns SIGTERM into Ctrl-C instead (nat_kd.launch.signals.sigterm_as_interrupt), to cancel its jobs.
     A handler can only be set from the main thread: elsewhere (a test's thread) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield

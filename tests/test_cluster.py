@@ -1,7 +1,6 @@
 """The study's steps and the generator's shards as submitit jobs: submitit's local executor (a process a job)
 and its debug executor (in the driver) run the code paths of ``--launcher slurm``; no Slurm is needed."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,8 +12,10 @@ import cloudpickle
 import pytest
 
 from conftest import process_running
-from nat_kd.launch import (ClusterConfig, LauncherSettings, LaunchError, Resources, Submitted, cluster_config,
-                           read_cluster_file)
+from slurm_stand_in import SlurmStandIn
+from nat_kd.launch.jobs import Submitted
+from nat_kd.launch.settings import (ClusterConfig, LauncherSettings, LaunchError, Resources, cluster_config,
+                                    read_cluster_file)
 from nat_kd.study.cluster import JobLauncher
 from nat_kd.study.steps import Runner, Step, StepError
 
@@ -92,10 +93,10 @@ def test_a_failing_job_is_reported_with_its_id_and_log_and_the_rest_resumes(tmp_
         Runner(tmp_path, launcher=launcher).run(_plan(fail=True))
     message = str(err.value)
     job_id = next((tmp_path / "jobs" / "b").glob("*_submitted.pkl")).name.split("_")[0]
-    assert f"step b failed in submitit-local job {job_id}" in message
-    assert "StepError: step b failed: RuntimeError: boom" in message
-    assert "something is wrong on line 7 of the input" in message  # the tail of the step's log
-    assert str(tmp_path / "logs" / "b.log") in message and "job stderr:" in message
+    first, log = message.splitlines()  # one line, and the log's path
+    assert first.startswith(f"step b failed in submitit-local job {job_id}: ")
+    assert first.endswith("StepError: step b failed: RuntimeError: boom")
+    assert log == f"  log: {tmp_path / 'logs' / 'b.log'}"
     assert not (tmp_path / "steps" / "b.json").exists() and _calls(tmp_path) == ["a", "b", "c"]
     Runner(tmp_path, launcher=JobLauncher(tmp_path, "submitit-local", FAST)).run(_plan())
     assert _calls(tmp_path) == ["a", "b", "b", "c"]  # only the failed step again
@@ -108,7 +109,7 @@ from functools import partial
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 import test_cluster as t
-from nat_kd.launch import sigterm_as_interrupt
+from nat_kd.launch.signals import sigterm_as_interrupt
 from nat_kd.study.cluster import JobLauncher
 from nat_kd.study.steps import Runner, Step
 root = Path({root!r})
@@ -249,7 +250,7 @@ def test_resources_come_from_the_kind_then_the_kind_table_then_the_step_table(tm
 
 @pytest.mark.parametrize("text, message", [
     ("[launcher]\npartion = 'gpu'\n", "[launcher]: unknown key(s) partion"),
-    ("[launcher]\nmax_jobs = 'many'\n", "[launcher].max_jobs = 'many': expected int"),
+    ("[launcher]\nmax_jobs = 'many'\n", "[launcher].max_jobs = 'many': expected an integer"),
     ("[resources.train]\ngpu = 2\n", "[resources.train]: unknown key(s) gpu"),
     ("[resources]\ntrain = 2\n", "expected a table [resources.train]"),
     ("[study]\njobs = 2\n", "holds [launcher] and [resources.*] only"),
@@ -422,17 +423,21 @@ def test_micro_steps_as_jobs_give_the_local_runners_bytes(micro_local, tmp_path)
     assert "fairseq_cli.train" in (out / "logs" / "teacher.t1.log").read_text()  # the job's log, where it was
 
 
-def _generate(micro_local, out, *extra):
+def _generator_args(micro_local, out, *extra) -> list[str]:
     """The generator's command line as the study's distil step runs it, with ``extra`` options."""
-    from nat_kd.generate_distilled import main
-
     _, local, records = micro_local
     step = records["distil.t1.beam"]["settings"]
     flags = [x for key, value in step["decoding"].items() for x in (f"--{key.replace('_', '-')}", str(value))]
-    return main(["--teacher-path", records["teacher.t1"]["result"]["checkpoint"],
-                 "--prepared", records["prepare"]["result"]["dir"], "--split", "train", "--strategy", "beam", *flags,
-                 "--max-tokens", str(step["max_tokens"]), "--workers", "1", "--threads", "1", "--no-progress-bar",
-                 "--out", str(out), *extra])
+    return ["--teacher-path", records["teacher.t1"]["result"]["checkpoint"],
+            "--prepared", records["prepare"]["result"]["dir"], "--split", "train", "--strategy", "beam", *flags,
+            "--max-tokens", str(step["max_tokens"]), "--workers", "1", "--threads", "1", "--no-progress-bar",
+            "--out", str(out), *extra]
+
+
+def _generate(micro_local, out, *extra):
+    from nat_kd.generate_distilled import main
+
+    return main(_generator_args(micro_local, out, *extra))
 
 
 def _set_bytes(folder):
@@ -482,7 +487,7 @@ def test_ctrl_c_stops_generate_distilled_with_a_line_not_a_traceback(launcher, m
     assert _generate(micro_local, tmp_path / "out", *launcher) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "stopped; rerun the same command to go on"
-    assert ("the shards' jobs were cancelled" in err) == bool(launcher)
+    assert ("jobs: no job was running" in err) == bool(launcher)  # which jobs were cancelled: none had started
 
 
 def test_bad_inputs_are_refused_before_any_job_is_submitted(micro_local, tmp_path, capsys):
@@ -523,7 +528,7 @@ def test_only_a_cause_outside_the_job_is_retried(micro_local, tmp_path, monkeypa
                                         str(tmp_path / "out"), "--workers", "1", "--threads", "1"])
     launcher = ShardLauncher(config_from_args(args), "debug", ClusterConfig(LauncherSettings(poll_seconds=0.1,
                                                                                              max_retries=2)))
-    with pytest.raises(LaunchError, match="shard 0 of .* failed 1 time"):
+    with pytest.raises(LaunchError, match="shard 0 of .* failed in debug job"):
         launcher.run()
     assert calls == [0]  # the old code resubmitted it max_retries times
 
@@ -617,8 +622,10 @@ def test_training_saves_every_n_updates_in_fp16_and_counts_the_updates_a_requeue
         with open(log, "a") as handle:
             handle.write(f"$ python -m fairseq_cli.train ...\nINFO | train_inner | epoch 001:  {updates} / 19000 "
                          f"loss=5.1, num_updates={updates}, lr=0.0005\n")
-        if updates == 4000:
+        if updates == 4000:  # a run that ends says so, as fairseq-train does
             torch.save({"optimizer_history": [{"num_updates": 4000}]}, save_dir / "checkpoint_last.pt")
+            with open(log, "a") as handle:
+                handle.write("INFO | fairseq_cli.train | done training in 812.3 seconds\n")
     monkeypatch.setattr(fairseq_jobs, "run_logged", fairseq_train)
     save_dir, log = tmp_path / "checkpoints", tmp_path / "log"
     save_dir.mkdir()
@@ -632,82 +639,16 @@ def test_training_saves_every_n_updates_in_fp16_and_counts_the_updates_a_requeue
     fairseq_jobs.train(tmp_path, save_dir, **train)  # the requeued job resumes from update 2,000
     assert "--save-interval-updates" not in commands[1] and "--fp16" not in commands[1]  # a local run's command
     assert fairseq_jobs.count_repeated_updates(save_dir, log) == 350  # counted once, however often asked
-    assert "350 updates are trained again" in log.read_text()
-
-
-class _FakeSlurm:
-    """sbatch, sacct, scancel and srun on PATH: sbatch keeps each script it is given and answers a new job id;
-    sacct answers the states in states.json (PENDING for the others, an array's tasks for its id); scancel notes the id and makes it
-    CANCELLED."""
-
-    def __init__(self, folder: Path, monkeypatch, first_id: int):
-        self.folder = folder
-        folder.mkdir()
-        scripts = {
-            "sbatch": f"""import itertools, pathlib, shutil, sys
-folder = pathlib.Path({str(folder)!r})
-refused = (folder / "refused.txt").read_text().split() if (folder / "refused.txt").is_file() else []
-if any(f"--job-name=nat_kd.{{name}}\\n" in pathlib.Path(sys.argv[-1]).read_text() for name in refused):
-    sys.exit("sbatch: error: Batch job submission failed: Invalid account or account/partition combination")
-n = len(list(folder.glob("job-*.sh"))) + {first_id}
-shutil.copyfile(sys.argv[-1], folder / f"job-{{n}}.sh")
-print(f"Submitted batch job {{n}}")
-""",
-            "sacct": f"""import json, pathlib, sys
-states = pathlib.Path({str(folder)!r}) / "states.json"
-states = json.loads(states.read_text()) if states.is_file() else {{}}
-ids = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "-j"]
-print("JobID|State|NodeList")
-for i in ids:  # an array's id stands for its tasks, as in sacct
-    for task in [k for k in states if k.startswith(i + "_")] or [i]:
-        print(f"{{task}}|{{states.get(task, 'PENDING')}}|node1")
-""",
-            "scancel": f"""import json, pathlib, sys
-folder = pathlib.Path({str(folder)!r})
-with open(folder / "cancelled.txt", "a") as cancelled:
-    cancelled.write(sys.argv[-1] + "\\n")
-states = folder / "states.json"
-known = json.loads(states.read_text()) if states.is_file() else {{}}
-states.write_text(json.dumps({{**known, sys.argv[-1]: "CANCELLED by 1000"}}))
-""",
-            "srun": "import sys\nsys.exit(1)\n"}
-        for name, body in scripts.items():
-            path = folder / name
-            path.write_text(f"#!{sys.executable}\n{body}")
-            path.chmod(0o755)
-        monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
-
-    def set_states(self, **states) -> None:
-        """sacct answers these states from now on (job id -> state)."""
-        path = self.folder / "states.json"
-        known = json.loads(path.read_text()) if path.is_file() else {}
-        path.write_text(json.dumps({**known, **states}))
-
-    def refuse(self, *names: str) -> None:
-        """sbatch refuses the jobs of these steps from now on."""
-        (self.folder / "refused.txt").write_text(" ".join(names))
-
-    def cancelled(self) -> list[str]:
-        path = self.folder / "cancelled.txt"
-        return path.read_text().split() if path.is_file() else []
-
-    def jobs(self) -> dict:
-        """Job id -> its sbatch script's name and dependency."""
-        out = {}
-        for script in self.folder.glob("job-*.sh"):
-            text = script.read_text()
-            name = text.split("--job-name=nat_kd.", 1)[1].split("\n", 1)[0]
-            dependency = text.split("--dependency=", 1)[1].split("\n", 1)[0] if "--dependency=" in text else None
-            out[script.stem.removeprefix("job-")] = (name, dependency)
-        return out
+    assert "# resuming from update 2000: the last run was cut short at update 2350, so 350 updates are trained again" \
+        in log.read_text()
+    assert fairseq_jobs.resumed_from(save_dir) == [2000]
 
 
 def test_detach_chains_the_plan_in_slurms_queue_and_list_reads_the_jobs_back(tmp_path, monkeypatch, capsys):
-    from nat_kd.launch import Submitted
     from nat_kd.study.cluster import job_notes
 
     first = 1000 + int(time.time()) % 100000 * 10  # ids no other test's jobs had (submitit caches their states)
-    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
     root = tmp_path / "study"
     Runner(root).run([_plan()[0]])  # a: done before
     runner = Runner(root, launcher=JobLauncher(root, "slurm", FAST, detach=True))
@@ -754,7 +695,7 @@ def test_a_step_run_in_the_driver_is_never_a_job(tmp_path, monkeypatch):
     Runner(tmp_path / "local").run(_plan())
     assert _outputs(driven) == _outputs(tmp_path / "local")
 
-    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, 1000 + int(time.time()) % 100000 * 10 + 5)
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, 1000 + int(time.time()) % 100000 * 10 + 5)
     root = tmp_path / "detached"
     runner = Runner(root, launcher=JobLauncher(root, "slurm", FAST, detach=True))
     lines = dry_run(_plan_read_in_the_driver(), runner, FAST, detach=True)
@@ -848,7 +789,7 @@ def _until(condition, what, seconds=60):
 
 
 def test_slurm_end_states_are_classified_once():
-    from nat_kd.launch import classify
+    from nat_kd.launch.jobs import classify
 
     states = {"PREEMPTED": "retried", "NODE_FAIL": "retried", "TIMEOUT": "retried", "BOOT_FAIL": "retried",
               "INTERRUPTED": "retried",  # submitit-local's job killed by a signal
@@ -866,7 +807,7 @@ def test_a_preempted_shard_is_resubmitted_and_the_array_is_collected(tmp_path, m
     from nat_kd.distill.config import DistillConfig
 
     first = _first_id()
-    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
     monkeypatch.setattr(ShardLauncher, "_check", lambda self: False)  # no teacher to load: the jobs are stand-ins
     cfg = DistillConfig(teachers=[str(tmp_path / "t.pt")], out_dir=str(tmp_path / "out"), num_shards=2)
     launcher = ShardLauncher(cfg, "slurm", ClusterConfig(LauncherSettings(poll_seconds=0.1)))
@@ -892,7 +833,7 @@ def test_a_preempted_step_is_resubmitted(tmp_path, monkeypatch):
     import threading
 
     first = _first_id()
-    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, first)
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
     root = tmp_path / "study"
     records = []
     runner = Runner(root, launcher=JobLauncher(root, "slurm", FAST))
@@ -908,22 +849,120 @@ def test_a_preempted_step_is_resubmitted(tmp_path, monkeypatch):
     assert records == [{"a": record}] and [name for name, _ in slurm.jobs().values()] == ["a", "a"]
 
 
-def test_a_jobs_own_error_is_reported_without_the_state_sacct_last_said():
-    """A job that raised left its traceback: that is the cause, whatever sacct said when the driver last asked
-    (often RUNNING still)."""
-    from submitit.core.utils import FailedJobError, UncompletedJobError
+def test_a_checkpoint_cut_short_by_a_preemption_is_replaced_before_training_resumes(tmp_path):
+    """fairseq writes a save's first checkpoint atomically and copies it to checkpoint_last.pt in place: a job
+    killed during that copy leaves checkpoint_last.pt truncated. Before resuming, it is replaced by the readable
+    checkpoint of the most updates (the one it was copied from), and the log says so; with none readable, it
+    goes and the training starts over."""
+    import torch
 
-    from nat_kd.launch import job_failure
+    from nat_kd.study import fairseq_jobs
 
-    class Job:
-        job_id, state = "42_3", "RUNNING"
-        paths = type("Paths", (), {"stderr": Path("42_3_0_log.err")})
+    save_dir, log = tmp_path / "checkpoints", tmp_path / "log"
+    save_dir.mkdir()
+    log.write_text("")
+    torch.save({"optimizer_history": [{"num_updates": 20}], "model": torch.zeros(1000)}, save_dir / "checkpoint_5_20.pt")
+    torch.save({"optimizer_history": [{"num_updates": 16}]}, save_dir / "checkpoint_best.pt")
+    torch.save({"optimizer_history": [{"num_updates": 99}]}, save_dir / "checkpoint_bleu_best.pt")  # the curve's
+    copied = (save_dir / "checkpoint_5_20.pt").read_bytes()
+    (save_dir / "checkpoint_last.pt").write_bytes(copied[: len(copied) // 2])
+    fairseq_jobs.repair_last_checkpoint(save_dir, log)
+    assert (save_dir / "checkpoint_last.pt").read_bytes() == copied
+    assert log.read_text() == ("# checkpoint_last.pt was cut short (a kill while fairseq copied it): replaced by "
+                               "checkpoint_5_20.pt, update 20\n")
+    fairseq_jobs.repair_last_checkpoint(save_dir, log)  # a readable one is left as it is
+    assert log.read_text().count("\n") == 1
+    for other in ("checkpoint_5_20.pt", "checkpoint_best.pt"):
+        (save_dir / other).write_bytes(b"PK")
+    (save_dir / "checkpoint_last.pt").write_bytes(copied[:100])
+    fairseq_jobs.repair_last_checkpoint(save_dir, log)
+    assert not (save_dir / "checkpoint_last.pt").exists() and "training starts over" in log.read_text()
 
-    own = job_failure(Job(), "slurm", FailedJobError("Traceback ...\nnat_kd.errors.SettingsError: bad teacher"))
-    assert own.startswith("slurm job 42_3: nat_kd.errors.SettingsError: bad teacher") and "RUNNING" not in own
-    Job.state = "OUT_OF_MEMORY"
-    killed = job_failure(Job(), "slurm", UncompletedJobError("has not produced any output (state: OUT_OF_MEMORY)"))
-    assert killed.startswith("slurm job 42_3, state OUT_OF_MEMORY:")
+
+class _EndedJob:
+    """A Slurm job whose process has ended, as submitit shows it: its result file (if it left one), what its
+    result() raises, and the states sacct gives, one a call (the last one repeated)."""
+
+    def __init__(self, folder: Path, states: list[str], error: str | None):
+        from submitit.core.utils import FailedJobError, UncompletedJobError
+
+        self.job_id, self.states, self.calls = "42_3", states, 0
+        result = folder / "42_3_0_result.pkl"
+        self.paths = type("Paths", (), {"result_pickle": result, "stderr": folder / "42_3_0_log.err"})
+        if error is not None:
+            result.write_text("an error")
+            self.raised = FailedJobError(error)
+        else:
+            self.raised = UncompletedJobError("has not produced any output (state: ...)")
+
+    def get_info(self, mode):
+        self.calls += 1
+
+    @property
+    def state(self):
+        return self.states[min(self.calls, len(self.states)) - 1]
+
+    def result(self):
+        raise self.raised
+
+
+@pytest.mark.parametrize("states, error, message, retry", [
+    # the job's own error is the cause, whatever sacct says when the driver asks (often RUNNING still)
+    (["RUNNING"], "Traceback ...\nnat_kd.errors.SettingsError: bad teacher",
+     "slurm job 42_3: nat_kd.errors.SettingsError: bad teacher", None),
+    # no result: the scheduler's end says why
+    (["RUNNING", "OUT_OF_MEMORY"], None, "slurm job 42_3, state OUT_OF_MEMORY: it left no result", None),
+    (["RUNNING", "PREEMPTED"], None, "slurm job 42_3 was stopped from outside its work (state PREEMPTED)",
+     "PREEMPTED"),
+    # an error after the scheduler's SIGTERM: the state sacct settles on, not the error, decides
+    (["RUNNING", "RUNNING", "PREEMPTED"], "nat_kd.launch.signals.JobSignalled: step t: ... RuntimeError: exit status -15",
+     "slurm job 42_3 was stopped from outside its work (signalled (SIGTERM), state PREEMPTED)", "PREEMPTED"),
+    (["RUNNING", "NODE_FAIL"], "nat_kd.launch.signals.JobSignalled: shard 0: ... BrokenProcessPool",
+     "slurm job 42_3 was stopped from outside its work (signalled (SIGTERM), state NODE_FAIL)", "NODE_FAIL"),
+    (["RUNNING", "CANCELLED by 1000"], "nat_kd.launch.signals.JobSignalled: step t: ... exit status -15",
+     "slurm job 42_3, state CANCELLED by 1000: nat_kd.launch.signals.JobSignalled: step t: ... exit status -15",
+     None),
+])
+def test_how_a_job_ended_is_the_schedulers_end_state_first(tmp_path, states, error, message, retry):
+    from nat_kd.launch.jobs import JobFailed, Scheduler
+
+    job = _EndedJob(tmp_path, states, error)
+    scheduler = Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=5))
+    with pytest.raises(JobFailed) as failed:
+        scheduler.outcome(job)
+    assert str(failed.value) == message and failed.value.retry == retry and not failed.value.requeued
+    assert failed.value.state == states[-1]
+
+
+def test_a_signalled_job_that_slurm_requeued_itself_is_waited_on_again(tmp_path):
+    """Preemption that requeues: the job's killed run left an error; sacct says PENDING (the same id, queued
+    again). The stale result is set aside, so that waiting on the job goes on until its next run's."""
+    from nat_kd.launch.jobs import JobFailed, Scheduler
+
+    job = _EndedJob(tmp_path, ["RUNNING", "REQUEUED"], "nat_kd.launch.signals.JobSignalled: step t: ...")
+    scheduler = Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=5))
+    with pytest.raises(JobFailed) as failed:
+        scheduler.outcome(job)
+    assert failed.value.requeued and not job.paths.result_pickle.exists()
+    assert [p.name.split(".")[0] for p in tmp_path.iterdir()] == ["42_3_0_result"]  # kept, beside it
+
+
+def test_a_job_neither_sacct_nor_squeue_knows_counts_as_ended_after_a_bounded_wait(tmp_path, monkeypatch, caplog):
+    """An id sacct has no line for (or sacct failing): squeue is asked; known to neither for unknown_seconds,
+    the job counts as ended, with one warning naming it."""
+    from nat_kd.launch.jobs import NOT_FOUND, Scheduler
+
+    SlurmStandIn(tmp_path / "slurm", monkeypatch, _first_id())
+    job = _EndedJob(tmp_path, ["UNKNOWN"], None)
+    scheduler = Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=0.5))
+    started = time.monotonic()
+    states = []
+    while not states or states[-1] == "UNKNOWN":
+        states.append(scheduler.state(job))
+        assert time.monotonic() - started < 10, "it waited on for ever"
+    assert states[-1] == NOT_FOUND and time.monotonic() - started >= 0.5
+    warnings = [r.getMessage() for r in caplog.records if "neither sacct nor squeue" in r.getMessage()]
+    assert warnings == ["slurm job 42_3: neither sacct nor squeue has known it for 0.5 s; counted as ended"]
 
 
 @pytest.mark.parametrize("table, key, value, message", [
@@ -1001,7 +1040,7 @@ def test_one_cluster_file_serves_the_study_and_the_generator(tmp_path, capsys):
 def _detached_plan_whose_first_job_failed(tmp_path, monkeypatch):
     """_plan() submitted with --detach to the stand-in Slurm, then a's job FAILED, b's PENDING on it, c's
     RUNNING; returns the stand-in, the jobs by step, and a rerun of the same detached submission."""
-    slurm = _FakeSlurm(tmp_path / "slurm", monkeypatch, _first_id())
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, _first_id())
     root = tmp_path / "study"
     launcher = JobLauncher(root, "slurm", FAST, detach=True)
     launcher.submit_plan(Runner(root, launcher=launcher), _plan())
@@ -1030,7 +1069,7 @@ def test_a_detached_rerun_cancels_a_queued_job_whose_dependency_cannot_be_submit
 
 
 def test_a_study_step_named_without_a_dot_is_the_studys_for_the_generator_too(tmp_path, capsys):
-    from nat_kd.launch import KINDS, STUDY, STUDY_STEPS_WITHOUT_A_DOT
+    from nat_kd.launch.settings import KINDS, STUDY, STUDY_STEPS_WITHOUT_A_DOT
     from nat_kd.study import config as study_config
     from nat_kd.study.plan import build_plan
 
@@ -1096,3 +1135,264 @@ def test_the_docs_example_cluster_file_serves_both_commands(tmp_path, capsys):
     assert "#SBATCH --dependency=afterok:prepare" in _job_block(out, "teacher.big")
     code, out, err, _ = _generator_dry_run(tmp_path, capsys, text, "--fp16")
     assert code == 0 and len(err.strip().splitlines()) == 1 and "--array=0-15%" in out, err
+
+
+# ------------------------------------------------------------------ preemption of real jobs, signals, lost jobs
+
+
+def _preemptible_teacher_plan(out, corpus, updates=150):
+    """prepare and the micro profile's teacher t1, trained long enough to be preempted midway."""
+    from dataclasses import replace
+
+    from nat_kd.study import config as study_config
+    from nat_kd.study.plan import build_plan
+
+    cfg = study_config.load("micro")
+    t1 = cfg.teachers[0]
+    cfg = replace(cfg, teachers=(replace(t1, training=replace(t1.training, updates=updates)),))
+    return [s for s in build_plan(cfg, out / "results", corpus) if s.name in ("prepare", "teacher.t1")]
+
+
+def _checkpoint_updates(path):
+    from nat_kd.study.curve import checkpoint_updates
+
+    try:
+        return checkpoint_updates(path)
+    except Exception:  # noqa: BLE001 - being written
+        return 0
+
+
+def test_a_step_preempted_while_fairseq_train_runs_is_resubmitted_and_resumes_from_its_checkpoint(
+        micro_local, tmp_path, monkeypatch):
+    """As Slurm preempts: PREEMPTED, SIGTERM to every process of the job, SIGKILL after the grace time. The
+    fairseq-train child dies of the SIGTERM and the step's work fails; the job, which noted the signal, says
+    so, and the driver resubmits the step, which continues from its last checkpoint."""
+    import shutil
+    import threading
+
+    corpus, local, _ = micro_local
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first, run=True, grace=1.0)
+    out = tmp_path / "study"
+    (out / "steps").mkdir(parents=True)
+    shutil.copyfile(local / "steps" / "prepare.json", out / "steps" / "prepare.json")
+    cluster = ClusterConfig(LauncherSettings(poll_seconds=0.2, unknown_seconds=30),
+                            {"train": {"cpus": 1, "gpus": 0, "save_updates": 10}})
+    runner = Runner(out, launcher=JobLauncher(out, "slurm", cluster))
+    records, errors = [], []
+
+    def drive():
+        try:
+            records.append(runner.run(_preemptible_teacher_plan(out, corpus)))
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    last = out / "work" / "teacher.t1" / "checkpoints" / "checkpoint_last.pt"
+    _until(lambda: _checkpoint_updates(last) >= 20 or not driver.is_alive(), "no checkpoint was saved", 300)
+    assert driver.is_alive() and slurm.running(str(first)), "the training ended before it could be preempted"
+    saved = _checkpoint_updates(last)
+    slurm.preempt(str(first))
+    driver.join(600)
+    assert not errors, errors
+    record = records[0]["teacher.t1"]
+    assert [name for name, _ in slurm.jobs().values()] == ["teacher.t1", "teacher.t1"]
+    assert record["launcher"]["jobs"] == [{"job_id": str(first), "state": "PREEMPTED"},
+                                          {"job_id": str(first + 1), "state": "COMPLETED"}]
+    resumed = record["result"]["resumed_from"]
+    assert len(resumed) == 1 and saved <= resumed[0] < 150  # from its last checkpoint, not from update 0
+    log = (out / "logs" / "teacher.t1.log").read_text()
+    assert f"# resuming from update {resumed[0]}" in log and _checkpoint_updates(last) == 150
+
+
+def _group_processes(slurm, task):
+    """The processes of a running stand-in job (its process group)."""
+    group = int((slurm.folder / f"pgid-{task}").read_text())
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_generator_shard_preempted_while_its_workers_decode_is_resubmitted(micro_local, tmp_path, monkeypatch):
+    """A shard decoding with two worker processes: SIGTERM kills the workers, the shard's pool breaks and its
+    work fails. Preempted, the shard is resubmitted, resumes from its saved chunks, and the set is the one an
+    unsharded local run makes; its meta.json lists every job with its end state."""
+    _, local, _ = micro_local
+    reference = _set_bytes(local / "work" / "distil.t1.beam" / "data")
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first, run=True, grace=1.0)
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text("[launcher]\npoll_seconds = 0.2\n[resources.distil]\ngpus = 0\ncpus = 2\n")
+    out = tmp_path / "sharded"
+    args = _generator_args(micro_local, out, "--num-shards", "2", "--chunk-sentences", "10", "--cluster", str(cluster),
+                           "--launcher", "slurm", "--workers", "2")
+    driver = subprocess.Popen([sys.executable, "-m", "nat_kd.generate_distilled", *args], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    task = f"{first}_0"
+    # the shard's job: bash, srun's python, and its two workers
+    _until(lambda: driver.poll() is not None or ((slurm.folder / f"pgid-{task}").is_file()
+                                                and len(_group_processes(slurm, task)) >= 4),
+           "the shard's workers never started", 300)
+    assert driver.poll() is None, f"the generator ended before its shard could be preempted: {driver.stdout.read()}"
+    slurm.preempt(task)
+    output, _ = driver.communicate(timeout=600)
+    assert driver.returncode == 0, output
+    assert _set_bytes(out) == reference
+    jobs = json.loads((out / "meta.json").read_text())["launcher"]["jobs"]
+    assert {"shard": 0, "job_id": task, "state": "PREEMPTED"} in jobs
+    assert {"shard": 0, "job_id": str(first + 1), "state": "COMPLETED"} in jobs
+    assert {"shard": 1, "job_id": f"{first}_1", "state": "COMPLETED"} in jobs and len(jobs) == 3
+
+
+SIGNALLED_DRIVER = """
+import logging
+import sys
+from functools import partial
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import test_cluster as t
+from nat_kd.launch.settings import ClusterConfig, LauncherSettings
+from nat_kd.study.cluster import JobLauncher, run_stoppable
+from nat_kd.study.steps import Runner, Step
+root = Path({root!r})
+logging.basicConfig(level=logging.INFO)
+plan = [Step(name, "test", {{}}, partial(t._wait_for_file, deps=[], value=name, flag=str(root / "go")))
+        for name in ("a", "b", "c")]
+launcher = JobLauncher(root, "slurm", ClusterConfig(LauncherSettings(poll_seconds=0.2, max_jobs=3)))
+run_stoppable(Runner(root, launcher=launcher), plan, launcher)
+"""
+
+
+def test_two_signals_a_millisecond_apart_never_orphan_a_job(tmp_path, monkeypatch):
+    """SIGTERM twice, 1 ms apart, to a driver of three jobs, at moments from before its first submission to
+    after its last: every job it submitted is cancelled (scancel, its marker gone) or named as left running
+    (its marker kept), and its last line says which."""
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, _first_id())
+    for attempt in range(8):
+        root = tmp_path / f"study{attempt}"
+        root.mkdir()
+        log = root / "driver.log"
+        before = set(slurm.jobs())
+        with open(log, "w") as streams:
+            driver = subprocess.Popen([sys.executable, "-c", SIGNALLED_DRIVER.format(tests=str(ROOT / "tests"),
+                                                                                     root=str(root))],
+                                      cwd=ROOT, stdout=streams, stderr=subprocess.STDOUT)
+        submitted = attempt % 4  # the signals come once this many jobs are in the queue
+        _until(lambda: len(set(slurm.jobs()) - before) >= submitted or driver.poll() is not None,
+               "the driver did not submit", 120)
+        time.sleep(0.05 * attempt)
+        driver.send_signal(signal.SIGTERM)
+        time.sleep(0.001)
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(timeout=120)
+        output = log.read_text()
+        mine = {job_id: name for job_id, (name, _) in slurm.jobs().items() if job_id not in before}
+        line = next((x for x in output.splitlines() if x.startswith("jobs: ")), None)
+        if not mine:
+            continue  # stopped before submitting (maybe before it could say so)
+        assert line is not None, output
+        for job_id, name in mine.items():
+            label = f"{name} (slurm job {job_id})"
+            marker = root / "jobs" / name / "submitted.json"
+            if job_id in slurm.cancelled():
+                assert label in line.split("cancelled: ")[1].split(";")[0] and not marker.exists(), (line, output)
+            else:
+                assert label in line.split("left running: ")[1].split(";")[0] and marker.exists(), (line, output)
+
+
+def test_a_job_that_sacct_does_not_know_is_not_waited_on_for_ever(tmp_path, monkeypatch):
+    """A step's marker names a job id sacct has never had (and squeue neither): the rerun waits
+    unknown_seconds, counts it as ended (one warning), and submits the step again, which runs."""
+    from nat_kd.study.steps import step_fingerprint
+
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first, run=True)
+    root = tmp_path / "study"
+    step = _plan()[0]
+    marker = root / "jobs" / "a" / "submitted.json"
+    marker.parent.mkdir(parents=True)
+    Submitted("slurm", "999999", str(marker.parent), step_fingerprint(step, {})).write(marker)
+    cluster = ClusterConfig(LauncherSettings(poll_seconds=0.2, unknown_seconds=1))
+    started = time.monotonic()
+    records = Runner(root, launcher=JobLauncher(root, "slurm", cluster)).run([step])
+    assert time.monotonic() - started < 120
+    assert records["a"]["result"]["text"] == "1" and list(slurm.jobs()) == [str(first)]
+    assert records["a"]["launcher"]["jobs"] == [{"job_id": "999999", "state": "NOT_FOUND"},
+                                                {"job_id": str(first), "state": "COMPLETED"}]
+
+
+WARNING_DRIVER = """
+import logging, sys, time
+sys.path.insert(0, {tests!r})
+from nat_kd.cli import setup_logging
+from nat_kd.launch.jobs import Scheduler
+from nat_kd.launch.settings import LauncherSettings
+from nat_kd.launch.signals import submitit_warnings_once
+import submitit
+setup_logging([])
+submitit_warnings_once()
+scheduler = Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=60))
+job = submitit.SlurmJob(folder={folder!r}, job_id="{job_id}")
+for _ in range(5):
+    scheduler.state(job)
+    time.sleep(0.02)
+"""
+
+
+def test_a_failing_saccts_warning_is_printed_once(tmp_path, monkeypatch):
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    slurm.accounting(False)
+    found = subprocess.run([sys.executable, "-c", WARNING_DRIVER.format(tests=str(ROOT / "tests"), folder=str(tmp_path),
+                                                                      job_id=first)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr
+    printed = (found.stdout + found.stderr).count("Bypassing sacct error")  # sacct's own stderr aside
+    assert printed == 1, found.stdout + found.stderr
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[resources.train]\nhours = inf\n", "[resources.train].hours = inf: expected a finite number"),
+    ("[resources.train]\nhours = nan\n", "[resources.train].hours = nan: expected a finite number"),
+    ("[resources.train]\nmem_gb = inf\n", "[resources.train].mem_gb = inf: expected a finite number"),
+    ("[launcher]\npoll_seconds = nan\n", "[launcher].poll_seconds = nan: expected a finite number"),
+    ("[launcher]\nsetup = [1, 2]\n", "[launcher].setup[0] = 1: expected a string"),
+    ("[launcher]\nunknown_seconds = -1\n", "[launcher].unknown_seconds = -1: must be more than 0"),
+    ("[resources.train]\nsbatch = {time = \"2-00:00:00\"}\nhours = 24\n",
+     "[resources.train].sbatch: time = '2-00:00:00' would silently override hours (this table has hours = 24): "
+     "set hours instead"),
+    ("[launcher]\nsbatch = {partition = \"gpu\"}\n",
+     "[launcher].sbatch: partition = 'gpu' would silently override [launcher] partition: set [launcher] partition "
+     "instead"),
+    ("[resources.train]\nsbatch = {mail_user = inf}\n", "[resources.train].sbatch.mail_user = inf: expected a finite "
+                                                       "number"),
+    ("[resources.train]\nsbatch = {output = \"x.log\"}\n", "[resources.train].sbatch: output is set by the command"),
+])
+def test_values_toml_allows_but_a_job_cannot_take_are_one_line(tmp_path, capsys, text, message):
+    """inf, nan, a list of the wrong elements, an sbatch option that a typed key sets: one line naming the file,
+    the table and the key, exit 2, nothing submitted; through the study's command as a user meets them."""
+    code, out, err, cluster = _paper_dry_run(tmp_path, capsys, text)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: {cluster}: {message}"), err
+
+
+def test_a_kinds_own_partition_in_its_sbatch_table_reaches_its_jobs_alone(tmp_path, capsys):
+    code, out, err, _ = _paper_dry_run(tmp_path, capsys, '[launcher]\npartition = "cpu"\n'
+                                                         '[resources.train]\nsbatch = {partition = "gpu"}\n')
+    assert code == 0, err
+    assert "#SBATCH --partition=gpu" in _job_block(out, "teacher.tiny")
+    assert "#SBATCH --partition=cpu" in _job_block(out, "prepare")
+
+
+def test_dry_run_honours_only(tmp_path, capsys):
+    code, out, err, _ = _paper_dry_run(tmp_path, capsys, "", "--only", "teacher.tiny")
+    assert code == 0, err
+    headings = [line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")]
+    assert headings == ["prepare", "teacher.tiny"]

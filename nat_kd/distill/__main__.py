@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from nat_kd import cli, tokenization
 from nat_kd.artifacts import PreparedCorpus
-from nat_kd.launch import check_launcher_arguments
+from nat_kd.launch.arguments import check_launcher_arguments
 
 if TYPE_CHECKING:
     from .config import DistillConfig

@@ -24,12 +24,15 @@ from pathlib import Path
 
 import submitit
 
+from nat_kd import atomic
 from nat_kd.artifacts import DistilledSet
 from nat_kd.hashing import sha256_json
 from nat_kd.errors import SettingsError
-from nat_kd.launch import (GENERATOR, ClusterConfig, JobFailed, LaunchError, Submitted, add_launcher_arguments,
-                           check_job, check_tables, job_result, make_executor, read_cluster_file, resubmits,
-                           sbatch_lines, sbatch_script, sigterm_as_interrupt, still_running, submission, tail)
+from nat_kd.launch.arguments import add_launcher_arguments
+from nat_kd.launch.jobs import JobFailed, Scheduler, Submitted, ended, resubmits
+from nat_kd.launch.sbatch import make_executor, sbatch_lines, sbatch_script, submission
+from nat_kd.launch.settings import GENERATOR, ClusterConfig, LaunchError, check_job, check_tables, read_cluster_file
+from nat_kd.launch.signals import critical, noting_sigterm, sigterm_as_interrupt, submitit_warnings_once
 
 from .progress import ChunkStore, shard_chunks
 
@@ -56,8 +59,9 @@ class ShardJob(submitit.helpers.Checkpointable):
     def __call__(self, cfg, shard_id: int, num_shards: int) -> bool:
         from .pipeline import distill
 
-        return distill(replace(cfg, shard_id=shard_id, num_shards=num_shards, merge_only=False,
-                               progress_bar=False)).complete
+        with noting_sigterm(f"shard {shard_id}"):
+            return distill(replace(cfg, shard_id=shard_id, num_shards=num_shards, merge_only=False,
+                                   progress_bar=False)).complete
 
 
 def merge(cfg) -> bool:
@@ -85,6 +89,9 @@ class ShardLauncher:
         if cfg.fp16 and not self.resources.gpus:
             raise SettingsError("--fp16 runs the teacher in half precision on a GPU: set [resources.distil] gpus = 1")
         # what the jobs compute: a marker left by another command is not waited on
+        self.scheduler = Scheduler(launcher, cluster.launcher)
+        self.jobs = {}  # shard (or "merge") -> its job while it is queued or running
+        self.stopped: dict[str, list[str]] = {"cancelled": [], "left running": []}
         self.key = sha256_json({k: v for k, v in asdict(cfg).items() if k not in ("shard_id", "progress_bar")})
 
     def dry_run(self) -> list[str]:
@@ -132,83 +139,138 @@ class ShardLauncher:
         return False
 
     def run(self) -> bool:
-        """Decode every shard as jobs (resubmitting those killed from outside), merged; True once the set is
-        complete. A shard that fails for good is reported once the others have ended."""
+        """Decode every shard as jobs (resubmitting those stopped from outside their work), merged; True once the
+        set is complete, its meta.json then listing every job with its end state. A shard that fails for good
+        is reported once the others have ended. Stopped (Ctrl-C, SIGTERM), the driver cancels its jobs, or with
+        ``detach`` leaves them running; ``stopped`` says which."""
         if self._check():
             logger.info("%s is already complete (same teacher, corpus and settings): nothing to submit", self.out)
             return True
-        jobs, to_submit = {}, []
+        jobs, to_submit, history = self.jobs, [], {shard: [] for shard in range(self.num_shards)}
         for shard in range(self.num_shards):
             previous = Submitted.read(self._marker(shard))
             if previous and previous.key == self.key and previous.launcher == self.launcher:
                 job = previous.job()
-                if still_running(job, self.launcher):
+                if self.scheduler.running(job):
                     logger.info("shard %d: %s job %s from an earlier run is still running; waiting for it", shard,
                                 self.launcher, job.job_id)
                     jobs[shard] = job
                     continue
             if not self._shard_done(shard):
                 to_submit.append(shard)
-        if to_submit:
-            executor = self._executor()
-            with submission():
-                submitted = executor.map_array(ShardJob(), [self.cfg] * len(to_submit), to_submit,
-                                               [self.num_shards] * len(to_submit))
-            for shard, job in zip(to_submit, submitted):
-                self._submitted(shard, job)
-                jobs[shard] = job
-            logger.info("submitted shards %s as %s job(s) %s (%s each)", to_submit, self.launcher,
-                        ", ".join(str(j.job_id) for j in submitted), self.resources.describe())
-        retries, merged, failures = dict.fromkeys(range(self.num_shards), 0), False, []
+        merged, failures = False, []
         try:
-            while jobs:
-                for shard, job in list(jobs.items()):
-                    if still_running(job, self.launcher):
-                        continue
-                    del jobs[shard]
-                    try:
-                        merged = job_result(job, self.launcher) or merged
-                        self._marker(shard).unlink(missing_ok=True)
-                    except JobFailed as failed:
-                        if not resubmits(failed, retries[shard], self.cluster.launcher, f"shard {shard}",
-                                         "its saved chunks"):
-                            failures.append(f"shard {shard} of {self.out} failed {retries[shard] + 1} time(s); the "
-                                            f"last: {failed}" + tail(job.paths.stderr))
-                            continue
-                        retries[shard] += 1
-                        try:
-                            with submission():
-                                job = self._executor().submit(ShardJob(), self.cfg, shard, self.num_shards)
-                        except LaunchError as refused:
-                            failures.append(f"shard {shard} of {self.out}: resubmitting it failed: {refused}")
-                            continue
+            if to_submit:
+                with critical(), submission():
+                    submitted = self._executor().map_array(ShardJob(), [self.cfg] * len(to_submit), to_submit,
+                                                           [self.num_shards] * len(to_submit))
+                    for shard, job in zip(to_submit, submitted):
                         self._submitted(shard, job)
                         jobs[shard] = job
+                logger.info("submitted shards %s as %s job(s) %s (%s each)", to_submit, self.launcher,
+                            ", ".join(str(j.job_id) for j in submitted), self.resources.describe())
+            while jobs:
+                for shard, job in list(jobs.items()):
+                    if self.scheduler.running(job):
+                        continue
+                    try:
+                        merged = self.scheduler.outcome(job) or merged
+                    except JobFailed as failed:
+                        if failed.requeued:  # the same job, back in the scheduler's queue
+                            logger.warning("shard %d: %s", shard, failed)
+                            continue
+                        del jobs[shard]
+                        history[shard].append(ended(job.job_id, failed.state))
+                        failure = self._again(shard, failed, history[shard])
+                        if failure:
+                            failures.append(failure)
+                        continue
+                    del jobs[shard]
+                    history[shard].append(ended(job.job_id, "COMPLETED"))
+                    self._marker(shard).unlink(missing_ok=True)
                 if jobs:
                     time.sleep(self.cluster.launcher.poll_seconds)
         except BaseException:
-            for shard, job in jobs.items():
-                if self.detach:
-                    logger.info("shard %d: %s job %s left running (--detach)", shard, self.launcher, job.job_id)
-                else:
-                    logger.info("shard %d: cancelling %s job %s", shard, self.launcher, job.job_id)
-                    job.cancel(check=False)
+            for shard, job in list(jobs.items()):
+                self._stop_one(shard, job)
             raise
         if failures:  # the other shards have ended: their chunks are saved for the next run
             raise LaunchError("\n".join(failures))
         if not merged:  # every shard was done before this run, or the last ones raced: merge in one more job
-            executor = make_executor(self.launcher, self.folder, self.merge_resources, self.cluster.launcher,
-                                     self.merge_name)
-            with submission():
-                job = executor.submit(merge, self.cfg)
-            logger.info("merging in %s job %s", self.launcher, job.job_id)
-            while still_running(job, self.launcher):
-                time.sleep(self.cluster.launcher.poll_seconds)
-            try:
-                merged = job_result(job, self.launcher)
-            except JobFailed as failed:
-                raise LaunchError(f"merging {self.out} failed in {failed}") from None
+            merged = self._merge()
+        self._record(history)
         return merged
+
+    def _again(self, shard: int, failed: JobFailed, history: list[dict]) -> str | None:
+        """A failed shard resubmitted (stopped from outside its work, retries left: its new job in ``jobs``), or
+        the line that reports it (its last job's failure, the jobs before it, and the log)."""
+        if resubmits(failed, len(history) - 1, self.cluster.launcher, f"shard {shard}", "its saved chunks"):
+            try:
+                with critical(), submission():
+                    job = self._executor().submit(ShardJob(), self.cfg, shard, self.num_shards)
+                    self._submitted(shard, job)
+                    self.jobs[shard] = job
+                return None
+            except LaunchError as refused:
+                return f"shard {shard} of {self.out}: resubmitting it failed: {refused}"
+        earlier = (f" (after {len(history) - 1} resubmission(s): "
+                   + ", ".join(f"job {e['job_id']} {e['state']}" for e in history[:-1]) + ")" if len(history) > 1
+                   else "")
+        return f"shard {shard} of {self.out} failed in {failed}{earlier}; log: {failed.log}"
+
+    def _merge(self) -> bool:
+        """The set merged by one more job, on a CPU ([resources.merge])."""
+        executor = make_executor(self.launcher, self.folder, self.merge_resources, self.cluster.launcher,
+                                 self.merge_name)
+        try:
+            with critical(), submission():
+                job = self.jobs["merge"] = executor.submit(merge, self.cfg)
+            logger.info("merging in %s job %s", self.launcher, job.job_id)
+            while self.scheduler.running(job):
+                time.sleep(self.cluster.launcher.poll_seconds)
+            merged = self.scheduler.outcome(job)
+            del self.jobs["merge"]
+            return merged
+        except JobFailed as failed:
+            raise LaunchError(f"merging {self.out} failed in {failed}; log: {failed.log}") from None
+        except BaseException:
+            for name, job in list(self.jobs.items()):
+                self._stop_one(name, job)
+            raise
+
+    def stop_report(self) -> str:
+        """What a stopped driver did with its jobs, in one line."""
+        parts = [f"{what}: {', '.join(jobs)}" for what, jobs in self.stopped.items() if jobs]
+        if self.stopped["left running"]:
+            parts.append("rerunning the same command waits for them")
+        return "; ".join(parts) if parts else "no job was running"
+
+    def _stop_one(self, shard, job) -> None:
+        """Cancel a job of the driver's (or with ``detach`` leave it running), noted in ``stopped``; a shard's
+        marker goes only with its job, so that a rerun waits on a job that could not be cancelled."""
+        label = f"{'shard ' if shard != 'merge' else ''}{shard} ({self.launcher} job {job.job_id})"
+        if self.detach:
+            logger.info("%s left running (--detach)", label)
+            self.stopped["left running"].append(label)
+        elif self.scheduler.cancel(job):
+            logger.info("%s cancelled", label)
+            if shard != "merge":
+                self._marker(shard).unlink(missing_ok=True)
+            self.stopped["cancelled"].append(label)
+        else:
+            self.stopped["left running"].append(label)
+        self.jobs.pop(shard, None)
+
+    def _record(self, history: dict[int, list[dict]]) -> None:
+        """Every job of this run, by shard, with its end state, in the set's meta.json (as "jobs" of
+        "launcher")."""
+        out = DistilledSet(self.out)
+        meta = out.meta()
+        if meta is None or not any(history.values()):
+            return
+        meta["launcher"] = {"launcher": self.launcher, "jobs": [{"shard": shard, **job} for shard, jobs in
+                                                                history.items() for job in jobs]}
+        atomic.write_json(out.meta_file, meta)
 
     def _submitted(self, shard: int, job) -> None:
         Submitted(self.launcher, str(job.job_id), str(self.folder), self.key).write(self._marker(shard))
@@ -225,11 +287,12 @@ def launch(args, cfg):
         for line in launcher.dry_run():
             print(line)
         return None
+    submitit_warnings_once()
     try:
         with sigterm_as_interrupt():
             launcher.run()
     except KeyboardInterrupt:
-        print(f"the shards' jobs were {'left running' if args.detach else 'cancelled'}", file=sys.stderr)
+        print(f"jobs: {launcher.stop_report()}", file=sys.stderr)
         raise
     out = DistilledSet(cfg.out_dir)
     return DistillResult(out.root, True, out.meta())

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from contextlib import nullcontext
 import sys
 from pathlib import Path
 
 from nat_kd.cli import add_verbose_argument, run, setup_logging
-from nat_kd.launch import add_launcher_arguments, check_launcher_arguments, read_cluster_file, sigterm_as_interrupt
+from nat_kd.launch.arguments import add_launcher_arguments, check_launcher_arguments
+from nat_kd.launch.settings import read_cluster_file
+from nat_kd.launch.signals import submitit_warnings_once
 
-from .cluster import JobLauncher, check_resources, dry_run, job_notes, submit_detached
+from .cluster import JobLauncher, check_resources, dry_run, job_notes, run_stoppable, submit_detached
 from .config import load, profile_names
 from .curve import progress_note
 from .steps import Runner, needed
@@ -71,10 +72,13 @@ def _study(args, argv) -> int:
     if args.launcher != "local" or args.dry_run:
         check_resources(cluster, steps, args.cluster or str(cfg.source))
     launcher = JobLauncher(out, args.launcher, cluster, args.detach) if args.launcher != "local" else None
+    if launcher:
+        submitit_warnings_once()
     runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, launcher=launcher,
                     reuse=tuple(map(Path, args.reuse)))
     if args.dry_run:
-        for line in dry_run(steps, runner, cluster, detach=args.detach and args.launcher == "slurm"):
+        planned = needed(steps, args.only) if args.only else steps
+        for line in dry_run(planned, runner, cluster, detach=args.detach and args.launcher == "slurm"):
             print(line)
         return 0
     if args.list:
@@ -88,18 +92,12 @@ def _study(args, argv) -> int:
     if args.detach and args.launcher == "slurm":  # the jobs chained in Slurm's queue; the driver's work is done
         return submit_detached(launcher, runner, needed(steps, args.only) if args.only else steps,
                                "python -m nat_kd.study ... --list shows where they stand")
-    try:
-        with sigterm_as_interrupt() if launcher else nullcontext():
-            if args.results_only:
-                records = runner.records(steps)
-            else:
-                records = runner.run(needed(steps, args.only) if args.only else steps)
-                if args.only:  # the results show every step done, not only those run now
-                    records = runner.records(steps)
-    except KeyboardInterrupt:
-        if launcher:
-            print(f"the running jobs were {'left running' if args.detach else 'cancelled'}", file=sys.stderr)
-        raise
+    if args.results_only:
+        records = runner.records(steps)
+    else:
+        records = run_stoppable(runner, needed(steps, args.only) if args.only else steps, launcher)
+        if args.only:  # the results show every step done, not only those run now
+            records = runner.records(steps)
     # the command that runs the study, also when --results-only re-renders it: results.md describes the study
     command = "python -m nat_kd.study " + " ".join(
         shlex.quote(a) for a in (argv or sys.argv[1:]) if a != "--results-only")

@@ -21,9 +21,11 @@ from pathlib import Path
 import submitit
 
 from nat_kd.hashing import sha256_json
-from nat_kd.launch import (JOB_RESOURCES, KINDS, STUDY, ClusterConfig, JobFailed, LaunchError, Resources, Submitted,
-                           check_job, check_tables, job_result, make_executor, resubmits, sbatch_lines, sbatch_script,
-                           still_running, submission, tail, wait_for)
+from nat_kd.launch.jobs import JobFailed, Scheduler, Stopped, Submitted, ended, resubmits
+from nat_kd.launch.sbatch import make_executor, sbatch_lines, sbatch_script, submission
+from nat_kd.launch.settings import (JOB_RESOURCES, KINDS, STUDY, ClusterConfig, LaunchError, LauncherSettings,
+                                    Resources, check_job, check_tables)
+from nat_kd.launch.signals import noting_sigterm, sigterm_as_interrupt
 
 from .steps import Runner, Step, StepError, execute, step_recipe
 
@@ -59,7 +61,9 @@ class StepJob(submitit.helpers.Checkpointable):
     from its last checkpoint (a 300k-update training can outlast a partition's time limit)."""
 
     def __call__(self, root: str, step: Step, fingerprint: str | None, results: dict | None, resources: Resources,
-                 launcher: str, max_jobs: int, deps: list[Step] = (), recipe: dict | None = None) -> dict:
+                 launcher: str, max_jobs: int, deps: list[Step] = (), recipe: dict | None = None,
+                 earlier: tuple[dict, ...] = ()) -> dict:
+        """``earlier``: the step's jobs before this one, each with its end state (``jobs.ended``), for the record."""
         job_id = submitit.JobEnvironment().job_id
         if fingerprint is None:  # submitted by --detach before its dependencies ran: their records say now
             runner = Runner(Path(root))
@@ -73,22 +77,29 @@ class StepJob(submitit.helpers.Checkpointable):
                 return done
             recipe = step_recipe(step, records)
             results = {name: record["result"] for name, record in records.items()}
-        return execute(Path(root), step, fingerprint, results, jobs=max_jobs, threads=resources.cpus, job=resources,
-                       extra={"launcher": {"launcher": launcher, "job_id": job_id, "resources": asdict(resources)}},
-                       recipe=recipe)
+        launched = {"launcher": launcher, "job_id": job_id, "resources": asdict(resources),
+                    "jobs": [*earlier, ended(job_id, "COMPLETED")]}
+        with noting_sigterm(f"step {step.name}"):
+            return execute(Path(root), step, fingerprint, results, jobs=max_jobs, threads=resources.cpus,
+                           job=resources, extra={"launcher": launched}, recipe=recipe)
 
 
 class JobLauncher:
     """Submits steps as jobs and waits on them, one Runner thread a job; a context manager whose exit by an
-    exception (Ctrl-C, SIGTERM) cancels the jobs it submitted, or with ``detach`` leaves them running."""
+    exception (Ctrl-C, SIGTERM) cancels the jobs it submitted, or with ``detach`` leaves them running, and
+    ``stopped`` then says which."""
 
     def __init__(self, root: Path, launcher: str, cluster: ClusterConfig, detach: bool = False):
         self.root, self.launcher, self.cluster, self.detach = Path(root), launcher, cluster, detach
         self.settings = cluster.launcher
+        self.scheduler = Scheduler(launcher, self.settings)
         # submitit's debug jobs run in the driver and swap its os.environ while they run: one at a time
         self.max_jobs = 1 if launcher == "debug" else self.settings.max_jobs
         self.stop = threading.Event()
+        # step -> its job while it is queued or running; stop and the jobs change together, under the lock, so
+        # that a job is either in the list the exit cancels or cancelled by the thread that submitted it
         self._jobs, self._lock = {}, threading.Lock()
+        self.stopped: dict[str, list[str]] = {"cancelled": [], "left running": []}  # "STEP (JOB ID)" each
 
     def folder(self, step: Step) -> Path:
         """The step's job files (submitit's pickles and streams) and its marker submitted.json."""
@@ -96,46 +107,71 @@ class JobLauncher:
 
     def start(self, step: Step, fingerprint: str, records: dict) -> dict:
         """Submit ``step`` (or find the job an earlier run left running on it), wait for it, and submit it again
-        should a cause outside its work end it (RETRIED_STATES, up to [launcher] max_retries); returns its record
-        or raises StepError with its log's tail and its job id."""
+        should a cause outside its work end it (jobs.RETRIED_STATES, up to [launcher] max_retries); returns its
+        record, whose ``launcher.jobs`` lists every job of the step with its end state, or raises StepError: one
+        line saying which job failed and why, and the path of the step's log."""
         job = self._queued(step, fingerprint)
         if job is not None:
             logger.info("%s: %s job %s from an earlier run is still running; waiting for it", step.name,
                         self.launcher, job.job_id)
-        log, retries = self.root / "logs" / f"{step.name}.log", 0
+            self._track(step, job)
+        log, earlier = self.root / "logs" / f"{step.name}.log", []
         while True:
-            job = job or self._submit(step, fingerprint, records)
-            with self._lock:
-                self._jobs[step.name] = job
+            if job is None:
+                job = self._submit(step, fingerprint, records, tuple(earlier))
             try:
-                wait_for(job, self.launcher, self.settings.poll_seconds, self.stop)
-                record = job_result(job, self.launcher)  # the debug launcher runs the job here, in this thread
+                self.scheduler.wait(job, self.stop)
+                record = self.scheduler.outcome(job)
+            except Stopped:
+                raise
             except JobFailed as failed:
-                if resubmits(failed, retries, self.settings, f"step {step.name}", "its work folder"):
-                    retries, job = retries + 1, None
+                if failed.requeued:  # the same job, back in the scheduler's queue
+                    logger.warning("step %s: %s", step.name, failed)
                     continue
-                raise StepError(f"step {step.name} failed in {failed}\n  log: {log}" + tail(log)) from None
-            finally:
-                with self._lock:
-                    self._jobs.pop(step.name, None)
+                self._untrack(step)
+                earlier.append(ended(job.job_id, failed.state))
+                if resubmits(failed, len(earlier) - 1, self.settings, f"step {step.name}", "its work folder"):
+                    job = None
+                    continue
+                shown = log if log.is_file() else failed.log
+                history = (f" (after {len(earlier) - 1} resubmission(s): "
+                           + ", ".join(f"job {e['job_id']} {e['state']}" for e in earlier[:-1]) + ")"
+                           if len(earlier) > 1 else "")
+                raise StepError(f"step {step.name} failed in {failed}{history}\n  log: {shown}") from None
+            self._untrack(step)
             (self.folder(step) / "submitted.json").unlink(missing_ok=True)
             return record
 
-    def _submit(self, step: Step, fingerprint: str, records: dict):
-        """The step's job, submitted, and its marker written; a StepError if the scheduler refuses it (this step
-        fails; the jobs running go on: Runner.run collects them)."""
+    def _track(self, step: Step, job) -> None:
+        """``job`` is the step's: cancelled with the others should the driver stop, or at once if it has."""
+        with self._lock:
+            if not self.stop.is_set():
+                self._jobs[step.name] = job
+                return
+        self._stop_one(step.name, job)
+        raise Stopped(f"job {job.job_id}")
+
+    def _untrack(self, step: Step) -> None:
+        with self._lock:
+            self._jobs.pop(step.name, None)
+
+    def _submit(self, step: Step, fingerprint: str, records: dict, earlier: tuple[dict, ...] = ()):
+        """The step's job, submitted, its marker written, and tracked; a StepError if the scheduler refuses it
+        (this step fails; the jobs running go on: Runner.run collects them)."""
         resources = step_resources(self.cluster, step)
         executor = make_executor(self.launcher, self.folder(step), resources, self.settings, f"nat_kd.{step.name}")
         results = {n: r["result"] for n, r in records.items()}
         try:
             with submission():
                 job = executor.submit(StepJob(), str(self.root), step, fingerprint, results, resources,
-                                      self.launcher, self.max_jobs, recipe=step_recipe(step, records))
+                                      self.launcher, self.max_jobs, recipe=step_recipe(step, records),
+                                      earlier=earlier)
         except LaunchError as err:
             raise StepError(f"step {step.name} failed: {err}") from None
         Submitted(self.launcher, str(job.job_id), str(self.folder(step)), fingerprint).write(
             self.folder(step) / "submitted.json")
         logger.info("%s: submitted %s job %s (%s)", step.name, self.launcher, job.job_id, resources.describe())
+        self._track(step, job)
         return job
 
     def _queued(self, step: Step, fingerprint: str | None = None):
@@ -146,7 +182,7 @@ class JobLauncher:
         if previous is None or previous.launcher != self.launcher:
             return None
         job = previous.job()
-        if not still_running(job, self.launcher):
+        if not self.scheduler.running(job):
             return None
         if previous.key not in (fingerprint, plan_key(step)):
             raise StepError(f"step {step.name}: {self.launcher} job {job.job_id}, submitted by an earlier run with "
@@ -227,20 +263,48 @@ class JobLauncher:
     def __exit__(self, kind, error, traceback):
         if kind is None:
             return
-        self.stop.set()
-        with self._lock:
+        with self._lock:  # from here on, a job submitted meanwhile is stopped by its own thread (_track)
+            self.stop.set()
             jobs = dict(self._jobs)
+            self._jobs.clear()
         for name, job in jobs.items():
-            if self.detach:
-                logger.info("%s: %s job %s left running (--detach); rerun the same command to collect it",
-                            name, self.launcher, job.job_id)
-            else:
-                logger.info("%s: cancelling %s job %s", name, self.launcher, job.job_id)
-                (self.root / "jobs" / name / "submitted.json").unlink(missing_ok=True)
-                try:
-                    job.cancel(check=False)
-                except Exception as err:  # noqa: BLE001 - the job may have ended meanwhile
-                    logger.warning("%s: could not cancel job %s: %s", name, job.job_id, err)
+            self._stop_one(name, job)
+
+    def _stop_one(self, name: str, job) -> None:
+        """Cancel a step's job (or with ``detach`` leave it running), noted in ``stopped``; its marker goes only
+        with the job, so that a rerun waits on a job that could not be cancelled instead of training beside it."""
+        label = f"{name} ({self.launcher} job {job.job_id})"
+        if self.detach:
+            logger.info("%s: %s job %s left running (--detach); rerun the same command to collect it",
+                        name, self.launcher, job.job_id)
+            self.stopped["left running"].append(label)
+            return
+        logger.info("%s: cancelling %s job %s", name, self.launcher, job.job_id)
+        if self.scheduler.cancel(job):
+            (self.root / "jobs" / name / "submitted.json").unlink(missing_ok=True)
+            self.stopped["cancelled"].append(label)
+        else:
+            self.stopped["left running"].append(label)
+
+    def stop_report(self) -> str:
+        """What a stopped driver did with its jobs, in one line."""
+        parts = [f"{what}: {', '.join(jobs)}" for what, jobs in self.stopped.items() if jobs]
+        if self.stopped["left running"] and not self.detach:
+            parts.append("the next run waits for them")
+        return "; ".join(parts) if parts else "no job was running"
+
+
+def run_stoppable(runner: Runner, steps: list[Step], launcher: JobLauncher | None) -> dict:
+    """``runner.run(steps)``; with a launcher, Ctrl-C or SIGTERM stops it as Ctrl-C does (``sigterm_as_interrupt``),
+    its jobs cancelled or left running and a line saying which."""
+    if launcher is None:
+        return runner.run(steps)
+    try:
+        with sigterm_as_interrupt():
+            return runner.run(steps)
+    except KeyboardInterrupt:
+        print(f"jobs: {launcher.stop_report()}", file=sys.stderr)
+        raise
 
 
 def submit_detached(launcher: JobLauncher, runner: Runner, steps: list[Step], then: str) -> int:
@@ -261,7 +325,9 @@ def job_notes(root: Path, steps: list[Step]) -> dict[str, str]:
     its record), with its state read back from Slurm (sacct) now; a step without one has none."""
     submitted = {s.name: job for s in steps if (job := Submitted.read(Path(root) / "jobs" / s.name / "submitted.json"))}
     jobs = {name: job.job() for name, job in submitted.items()}  # made first: one sacct call asks about them all
-    return {name: f"  ({job.launcher} job {job.job_id} {job.state(jobs[name])})" for name, job in submitted.items()}
+    schedulers = {launcher: Scheduler(launcher, LauncherSettings()) for launcher in {j.launcher for j in submitted.values()}}
+    return {name: f"  ({job.launcher} job {job.job_id} {schedulers[job.launcher].state(jobs[name])})"
+            for name, job in submitted.items()}
 
 
 def dry_run(steps: list[Step], runner, cluster: ClusterConfig, detach: bool = False) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from nat_kd.errors import NatKdError
-from nat_kd.launch import ClusterConfig, cluster_config
+from nat_kd.launch.settings import ClusterConfig, cluster_config
 
 PROFILES = Path(__file__).parent / "profiles"
 # [analysis]: the detailed measures of nat_kd.analysis.report.DetailedAnalysisReport (off unless detailed = true)

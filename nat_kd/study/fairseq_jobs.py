@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import re
 import runpy
+import shutil
 import statistics
 import sys
 from dataclasses import replace
@@ -148,7 +149,8 @@ REPEATED = "repeated_updates.json"  # in the save folder: the updates trained ag
 
 def count_repeated_updates(save_dir: Path, log: Path) -> int:
     """Before fairseq-train resumes in ``save_dir``: the updates its last run in ``log`` reached beyond the
-    checkpoint it resumes from (those are trained again), added to REPEATED; returns the total so far."""
+    checkpoint it resumes from (those are trained again), added to REPEATED, and the update it resumes from
+    (``resumed_from``); returns the total repeated so far."""
     from .curve import checkpoint_updates
 
     path, last = save_dir / REPEATED, save_dir / "checkpoint_last.pt"
@@ -162,12 +164,57 @@ def count_repeated_updates(save_dir: Path, log: Path) -> int:
     reached = max((int(n) for n in _UPDATES.findall(text[start:])), default=0)
     saved = checkpoint_updates(last) if last.is_file() else 0
     total = counted["updates"] + max(0, reached - saved)
-    atomic.write_json(path, {"updates": total, "run": start})
-    if reached > saved:
+    # a run cut short (killed, preempted: fairseq never said it was done) is resumed from the checkpoint here
+    cut = "done training in" not in text[start:]
+    resumed = counted.get("resumed_from", []) + ([saved] if cut else [])
+    atomic.write_json(path, {"updates": total, "run": start, **({"resumed_from": resumed} if resumed else {})})
+    if cut:
         with open(log, "a", encoding="utf-8") as handle:
-            handle.write(f"# resuming: the last run reached update {reached}, its last checkpoint holds {saved}: "
+            handle.write(f"# resuming from update {saved}: the last run was cut short at update {reached}, so "
                          f"{reached - saved} updates are trained again\n")
     return total
+
+
+def repair_last_checkpoint(save_dir: Path, log: Path) -> None:
+    """Before fairseq-train resumes in ``save_dir``: a checkpoint_last.pt that a kill cut short is replaced by
+    the readable checkpoint of the most updates there. fairseq writes a save's first checkpoint atomically but
+    copies it to its other names (checkpoint_last.pt among them) in place, so a job preempted during the copy
+    leaves a truncated checkpoint_last.pt, from which fairseq could not resume; the file it was copied from
+    holds the same state."""
+    from .curve import BEST, checkpoint_updates
+
+    last = save_dir / "checkpoint_last.pt"
+    if not last.is_file():
+        return
+    try:
+        checkpoint_updates(last)
+        return
+    except Exception:  # noqa: BLE001 - torch's error for a truncated file depends on where it was cut
+        pass
+    readable = []
+    for candidate in save_dir.glob("checkpoint*.pt"):
+        if candidate.name in (last.name, BEST) or ".tmp" in candidate.name:
+            continue
+        try:
+            readable.append((checkpoint_updates(candidate), candidate))
+        except Exception:  # noqa: BLE001 - cut short too
+            continue
+    with open(log, "a", encoding="utf-8") as handle:
+        if readable:
+            updates, source = max(readable)
+            with atomic.replacing(last) as tmp:
+                shutil.copyfile(source, tmp)
+            handle.write(f"# {last.name} was cut short (a kill while fairseq copied it): replaced by {source.name}, "
+                         f"update {updates}\n")
+        else:
+            last.unlink()
+            handle.write(f"# {last.name} was cut short and no other checkpoint is readable: training starts over\n")
+
+
+def resumed_from(save_dir: Path) -> list[int]:
+    """The updates a training in ``save_dir`` resumed from after a run was killed or requeued (count_repeated_updates)."""
+    path = save_dir / REPEATED
+    return json.loads(path.read_text(encoding="utf-8")).get("resumed_from", []) if path.is_file() else []
 
 
 def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | None, training: Training, log: Path,
@@ -182,6 +229,7 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | None,
     every ``save_updates``), so a run killed midway starts again from where it started and trains the same
     updates on the same batches. Resumed from an epoch's end instead, fairseq would group the sentences into
     batches anew with that epoch's seed (docs/study.md, "Learning curves"): another training."""
+    repair_last_checkpoint(save_dir, log)
     count_repeated_updates(save_dir, log)
     run_logged("fairseq_cli.train", train_args(bin_dir, save_dir, arch=arch, shape=shape, training=training,
                                                nat_family=nat_family, seed=seed, gpus=gpus, fp16=fp16,

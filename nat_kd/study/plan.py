@@ -153,6 +153,8 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
     result["outputs"] = [str(checkpoint)]
     # the updates trained twice: a killed or requeued run resumes from its last checkpoint
     result["repeated_updates"] = jobs.count_repeated_updates(save_dir, ctx.log)
+    if resumed := jobs.resumed_from(save_dir):  # the updates a run cut short (a kill, a preemption) resumed from
+        result["resumed_from"] = resumed
     return result | _evaluate(ctx, prepared, bin_dir, checkpoint, evaluation | {"splits": splits}, nat_family, tgt)
 
 

@@ -25,7 +25,7 @@ from typing import Callable
 from nat_kd import atomic
 from nat_kd.errors import NatKdError
 from nat_kd.hashing import sha256_files, sha256_json
-from nat_kd.launch import Resources
+from nat_kd.launch.settings import Resources
 
 logger = logging.getLogger("nat_kd.study")
 # Bump when a change to the steps' code makes old results invalid.

@@ -1,0 +1,242 @@
+"""A stand-in Slurm for the tests: sbatch, sacct, squeue, scancel and srun as small programs on PATH, over one folder.
+
+Two modes:
+- bookkeeping (``run=False``): sbatch keeps each script and answers a new job id; sacct answers the states a test
+  sets (PENDING for the others); squeue lists the queued and running ones; scancel makes a job CANCELLED.
+- running (``run=True``): sbatch also starts each job (each task of an array) as Slurm does, with the SLURM_*
+  variables submitit reads, in a process group of its own under a supervisor that records RUNNING, then
+  COMPLETED or FAILED by the job's exit status; srun runs the command with its --output and --error. A
+  preemption (``preempt``), like scancel, does what Slurm does: the state first, then SIGTERM to every process of
+  the job, then SIGKILL after a grace time.
+
+sacct can be made to fail (``accounting(False)``) as it does where accounting storage is disabled.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+_LOCKED_STATES = """
+import fcntl, json, pathlib
+
+def update(folder, **states):
+    folder = pathlib.Path(folder)
+    with open(folder / "states.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = folder / "states.json"
+        known = json.loads(path.read_text()) if path.is_file() else {}
+        ends = ("CANCELLED", "PREEMPTED", "NODE_FAIL", "TIMEOUT")
+        # an end the scheduler gave (cancelled, preempted) is not overwritten by the exit status that follows it
+        kept = {k: v for k, v in states.items() if not (k in known and known[k].split()[0] in ends
+                                                       and v in ("COMPLETED", "FAILED"))}
+        path.write_text(json.dumps({**known, **kept}))
+
+def read(folder):
+    path = pathlib.Path(folder) / "states.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+"""
+
+_SBATCH = """
+import fcntl, itertools, os, pathlib, re, shutil, subprocess, sys
+folder = pathlib.Path({folder!r})
+sys.path.insert(0, str(folder))
+import states
+script = pathlib.Path(sys.argv[-1]).read_text()
+refused = (folder / "refused.txt").read_text().split() if (folder / "refused.txt").is_file() else []
+if any(f"--job-name=nat_kd.{{name}}\\n" in script for name in refused):
+    sys.exit("sbatch: error: Batch job submission failed: Invalid account or account/partition combination")
+with open(folder / "ids.lock", "a") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    n = len(list(folder.glob("job-*.sh"))) + {first_id}
+    shutil.copyfile(sys.argv[-1], folder / f"job-{{n}}.sh")
+array = re.search(r"^#SBATCH --array=0-(\\d+)", script, re.M)
+tasks = [f"{{n}}_{{k}}" for k in range(int(array.group(1)) + 1)] if array else [str(n)]
+if {run}:
+    states.update(folder, **{{task: "PENDING" for task in tasks}})
+    for task in tasks:
+        subprocess.Popen([sys.executable, str(folder / "supervisor.py"), task, sys.argv[-1]], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(f"Submitted batch job {{n}}")
+"""
+
+_SUPERVISOR = """
+import os, pathlib, signal, subprocess, sys
+folder = pathlib.Path({folder!r})
+sys.path.insert(0, str(folder))
+import states
+task, script = sys.argv[1], sys.argv[2]
+job, _, index = task.partition("_")
+env = dict(os.environ, SLURM_JOB_ID=str(int(job) * 100 + int(index or 0)) if index else job, SLURM_NTASKS="1",
+           SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="node1",
+           STAND_IN_JOB=task)
+if index:
+    env.update(SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID=index)
+job_process = subprocess.Popen(["bash", script], env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+(folder / f"pgid-{{task}}").write_text(str(job_process.pid))
+states.update(folder, **{{task: "RUNNING"}})
+code = job_process.wait()
+(folder / f"exit-{{task}}").write_text(str(code))
+states.update(folder, **{{task: "COMPLETED" if code == 0 else "FAILED"}})
+"""
+
+_SRUN = """
+import os, sys
+args, output, error = sys.argv[1:], None, None
+while args and args[0].startswith("--"):
+    flag = args.pop(0)
+    if flag in ("--output", "--error"):
+        value = args.pop(0)
+        task = os.environ.get("STAND_IN_JOB", "0")
+        job, _, index = task.partition("_")
+        value = (value.replace("%A", job).replace("%a", index).replace("%j", os.environ["SLURM_JOB_ID"])
+                 .replace("%t", "0"))
+        output, error = (value, error) if flag == "--output" else (output, value)
+for stream, path in ((1, output), (2, error)):
+    if path:
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), stream)
+os.execvp(args[0], args)
+"""
+
+_SACCT = """
+import pathlib, sys
+folder = pathlib.Path({folder!r})
+sys.path.insert(0, str(folder))
+import states
+if (folder / "accounting-off").exists():
+    sys.exit("sacct: error: Slurm accounting storage is disabled")
+known = states.read(folder)
+submitted = {{p.stem.removeprefix("job-") for p in folder.glob("job-*.sh")}}
+ids = [sys.argv[i + 1] for i, a in enumerate(sys.argv) if a == "-j"]
+print("JobID|State|NodeList")
+for i in ids:  # an array's id stands for its tasks, as in sacct; an id it never had, nothing
+    tasks = [k for k in known if k.startswith(i + "_")] or ([i] if i in known or i in submitted else [])
+    for task in tasks:
+        print(f"{{task}}|{{known.get(task, 'PENDING')}}|node1")
+"""
+
+_SQUEUE = """
+import pathlib, sys
+folder = pathlib.Path({folder!r})
+sys.path.insert(0, str(folder))
+import states
+known = states.read(folder)
+submitted = {{p.stem.removeprefix("job-") for p in folder.glob("job-*.sh")}}
+wanted = sys.argv[sys.argv.index("--jobs") + 1]
+state = known.get(wanted, "PENDING" if wanted in submitted else None)
+if state not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED"):
+    sys.exit("slurm_load_jobs error: Invalid job id specified")
+print(state)
+"""
+
+_SCANCEL = """
+import pathlib, subprocess, sys
+folder = pathlib.Path({folder!r})
+sys.path.insert(0, str(folder))
+import states
+with open(folder / "cancelled.txt", "a") as cancelled:
+    cancelled.write(sys.argv[-1] + "\\n")
+states.update(folder, **{{sys.argv[-1]: "CANCELLED by 0"}})
+subprocess.Popen([sys.executable, str(folder / "kill.py"), sys.argv[-1]], start_new_session=True,
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+"""
+
+_KILL = """
+import os, pathlib, signal, sys, time
+folder = pathlib.Path({folder!r})
+task = sys.argv[1]
+files = [folder / f"pgid-{{task}}"] if (folder / f"pgid-{{task}}").is_file() else folder.glob(f"pgid-{{task}}_*")
+groups = [int(f.read_text()) for f in files]
+for sig, pause in ((signal.SIGTERM, {grace}), (signal.SIGKILL, 0)):
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            pass
+    time.sleep(pause)
+"""
+
+
+class SlurmStandIn:
+    def __init__(self, folder: Path, monkeypatch, first_id: int, run: bool = False, grace: float = 2.0):
+        self.folder, self.grace = Path(folder), grace
+        self.folder.mkdir()
+        (self.folder / "states.py").write_text(_LOCKED_STATES)
+        programs = {"sbatch": _SBATCH.format(folder=str(folder), first_id=first_id, run=run),
+                    "supervisor.py": _SUPERVISOR.format(folder=str(folder)), "srun": _SRUN,
+                    "sacct": _SACCT.format(folder=str(folder)), "squeue": _SQUEUE.format(folder=str(folder)),
+                    "scancel": _SCANCEL.format(folder=str(folder)),
+                    "kill.py": _KILL.format(folder=str(folder), grace=grace)}
+        for name, body in programs.items():
+            path = self.folder / name
+            path.write_text(f"#!{sys.executable}\n{body}")
+            path.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+    def set_states(self, **states) -> None:
+        """sacct answers these states from now on (job id -> state)."""
+        import fcntl
+
+        with open(self.folder / "states.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = self.folder / "states.json"
+            known = json.loads(path.read_text()) if path.is_file() else {}
+            path.write_text(json.dumps({**known, **states}))
+
+    def states(self) -> dict:
+        path = self.folder / "states.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def refuse(self, *names: str) -> None:
+        """sbatch refuses the jobs of these steps from now on."""
+        (self.folder / "refused.txt").write_text(" ".join(names))
+
+    def accounting(self, on: bool) -> None:
+        """sacct works, or fails as where accounting storage is disabled."""
+        (self.folder / "accounting-off").unlink(missing_ok=True) if on else (self.folder / "accounting-off").touch()
+
+    def cancelled(self) -> list[str]:
+        path = self.folder / "cancelled.txt"
+        return path.read_text().split() if path.is_file() else []
+
+    def jobs(self) -> dict:
+        """Job id -> its sbatch script's name and dependency."""
+        out = {}
+        for script in self.folder.glob("job-*.sh"):
+            text = script.read_text()
+            name = text.split("--job-name=nat_kd.", 1)[1].split("\n", 1)[0]
+            dependency = text.split("--dependency=", 1)[1].split("\n", 1)[0] if "--dependency=" in text else None
+            out[script.stem.removeprefix("job-")] = (name, dependency)
+        return out
+
+    def running(self, task: str) -> bool:
+        """Whether a running job (task) still has a process."""
+        pgid = self.folder / f"pgid-{task}"
+        if not pgid.is_file():
+            return False
+        try:
+            os.killpg(int(pgid.read_text()), 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def preempt(self, task: str) -> None:
+        """What Slurm does to a job it preempts (where preemption cancels): PREEMPTED, then SIGTERM to every
+        process of the job, SIGKILL after the grace time; returns once the job has no process left."""
+        self.set_states(**{task: "PREEMPTED"})
+        group = int((self.folder / f"pgid-{task}").read_text())
+        for sig, pause in ((signal.SIGTERM, self.grace), (signal.SIGKILL, 0.0)):
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.time() + pause
+            while time.time() < deadline and self.running(task):
+                time.sleep(0.05)
+        deadline = time.time() + 30
+        while self.running(task) and time.time() < deadline:
+            time.sleep(0.05)
