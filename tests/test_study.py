@@ -3,6 +3,7 @@ end: test_study_profiles.py, test_study_decoding_profile.py)."""
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -130,7 +131,7 @@ def test_toml_syntax_error_names_the_line(tmp_path):
 def test_unknown_profile_and_help_list_the_bundled_ones(capsys):
     from nat_kd.study.__main__ import main
 
-    names = "capacity, cpu, decoding, decoding-micro, kd-effect, kd-effect-micro, micro, paper, students"
+    names = "capacity, cpu, decoding, decoding-micro, kd-effect, kd-effect-micro, ladder, ladder-micro, micro, paper, students"
     with pytest.raises(ConfigError, match=names):
         study_config.load("nonesuch")
     with pytest.raises(SystemExit):
@@ -575,6 +576,51 @@ def test_a_study_reuses_the_finished_steps_of_another_with_the_same_fingerprint(
     begun = tmp_path / "begun"  # a study whose first step is still running: no record yet, nothing to reuse
     (begun / "work" / "a").mkdir(parents=True)
     assert Runner(tmp_path / "fourth", reuse=(begun,)).run(plan("fourth", 1))["a"].get("reused_from") is None
+
+
+def test_a_committed_results_json_stands_in_for_a_leaf_step_whose_inputs_have_its_digests(tmp_path):
+    """A study whose folder is gone left its results.json: a step no other step needs counts as done where its
+    settings match and its inputs have the same digests, whatever the steps that made them are called and
+    however they were made (here a teacher trained with other settings to the same data). A step that others
+    need is never taken from a record (its outputs are not here); other inputs' bytes run the step."""
+    calls = []
+
+    def write(text):
+        def run(ctx):
+            calls.append(ctx.step.name)
+            out = ctx.work / "out.txt"
+            out.write_text(text(ctx))
+            return {"outputs": [str(out)], "text": out.read_text()}
+        return run
+
+    def plan(teacher, patience, data_text="beam"):
+        data = f"distil.{teacher}.beam"
+        return [Step(f"teacher.{teacher}", "train", {"patience": patience}, write(lambda ctx: f"model {patience}")),
+                Step(data, "distil", {"teacher": f"teacher.{teacher}"}, write(lambda ctx: data_text),
+                     [f"teacher.{teacher}"]),
+                Step("student", "train", {"data": data, "updates": 2000},
+                     write(lambda ctx: "student of " + ctx.results[data]["text"]), [data])]
+
+    first = Runner(tmp_path / "first").run(plan("small", 3))
+    (tmp_path / "results.json").write_text(json.dumps({"profile": "first", "steps": first}))
+    shutil.rmtree(tmp_path / "first")  # the folder is lost; its results.json is committed
+    calls.clear()
+    records = Runner(tmp_path / "second", reuse=(tmp_path / "results.json",)).run(plan("tiny", 2))
+    assert calls == ["teacher.tiny", "distil.tiny.beam"]  # the student's inputs are byte for byte the first's
+    reused = records["student"]["reused_record"]
+    assert reused["from"] == str(tmp_path / "results.json") and reused["name"] == "student"
+    assert records["student"]["result"]["text"] == "student of beam"
+    assert Runner(tmp_path / "second").states(plan("tiny", 2))["student"] == "done"  # on the next run too
+    calls.clear()
+    records = Runner(tmp_path / "third", reuse=(tmp_path / "results.json",)).run(plan("tiny", 2, "other beam"))
+    assert calls == ["teacher.tiny", "distil.tiny.beam", "student"] and "reused_record" not in records["student"]
+    # the teacher has the first study's settings and inputs, but its distil step needs its checkpoint
+    calls.clear()
+    Runner(tmp_path / "fourth", reuse=(tmp_path / "results.json",)).run(plan("small", 3))
+    assert calls == ["teacher.small", "distil.small.beam"]
+    with pytest.raises(StepError, match="not a study's results.json"):
+        (tmp_path / "notes.json").write_text("{}")
+        Runner(tmp_path / "fifth", reuse=(tmp_path / "notes.json",))
 
 
 def test_a_student_s_settings_hold_only_what_its_training_reads(tmp_path):
@@ -1056,3 +1102,59 @@ def test_a_job_ends_with_the_driver_that_started_it(sig, tiny_en_de, tmp_path):
             except ProcessLookupError:
                 pass
         driver.wait()
+
+
+def _ladder_records(bleu: dict[str, list[float]], seeds: dict[tuple[str, str], float] = {}) -> dict:
+    """The records a ladder study leaves: four teachers, their beam sets' analysis, each family's students."""
+    teachers = {"tiny": (516_480, 25.1), "small": (1_950_720, 35.3), "medium": (7_579_648, 34.5),
+                "base": (48_238_592, 36.0)}
+    complexity = {"tiny": (0.65, 0.70), "small": (0.69, 0.78), "medium": (0.71, 0.81), "base": (0.72, 0.84)}
+    res = {f"teacher.{t}": {"parameters": p, "test_bleu": b} for t, (p, b) in teachers.items()}
+    res["analysis"] = {"rows": [{"name": "real", "complexity": 0.69, "complexity_token_weighted": 1.07}]
+                       + [{"name": f"{t}.beam", "complexity": c, "complexity_token_weighted": w}
+                          for t, (c, w) in complexity.items()]}
+    for family, values in bleu.items():
+        res[f"student.{family}.real"] = {"test_bleu": 15.0}
+        for t, b in zip(teachers, values):
+            res[f"student.{family}.{t}.beam"] = {"test_bleu": b}
+    for (family, data), b in seeds.items():
+        res[f"student.{family}.{data}.seed2"] = {"test_bleu": b}
+    return res
+
+
+def test_the_ladder_section_reads_the_papers_two_claims_from_the_curves(tmp_path):
+    """Hand-made curves: vanilla NAT peaks on the small teacher's set and falls by more than the noise of its
+    seeds on both sides, GLAT peaks on the medium one, the DA-Transformer only rises; the peaks' C(d) rise
+    with the family's strength."""
+    from dataclasses import replace
+
+    from nat_kd.study.ladder import ladder_section
+
+    cfg = study_config.load("ladder")
+    cfg = replace(cfg, student_seeds=(2,), seed_sets={"nat": ("small.beam", "medium.beam")})
+    res = _ladder_records({"nat": [17.0, 19.5, 19.0, 16.5], "glat": [16.0, 18.0, 18.6, 18.4],
+                           "dat": [26.0, 27.0, 27.5, 28.0]},
+                          seeds={("nat", "small.beam"): 19.1, ("nat", "medium.beam"): 19.6})
+    paths = {}
+    text = "\n".join(ladder_section(cfg, res, tmp_path, paths))
+    assert paths["ladder_figure"].stat().st_size > 10_000
+    assert "| nat | 17.00 | **19.50** | 19.00 | 16.50 | 15.00 | small |" in text
+    assert "| dat | 26.00 | 27.00 | 27.50 | **28.00** | 15.00 | base |" in text
+    assert "| teacher's own test BLEU | 25.10 | 35.30 | 34.50 | 36.00 |" in text
+    # nat's pooled seed sd: sqrt(((19.5-19.1)^2/2 + (19.0-19.6)^2/2) / 2) = sqrt((0.08 + 0.18) / 2) = 0.3606;
+    # 2 sd of a difference: 2 * sqrt(2) * 0.3606 = 1.02
+    assert ("- nat: rises then falls: +2.50 from the smallest teacher, -3.00 to the largest; beyond 2 seed sd of a "
+            "difference (1.02) on both sides (pooled seed sd 0.36).") in text
+    assert "- glat: rises then falls: +2.60 from the smallest teacher, -0.20 to the largest." in text
+    assert "- dat: rises to the largest teacher." in text
+    assert ("- C(d) token-weighted of each family's peak set, weakest first: nat small (0.780), glat medium "
+            "(0.810), dat base (0.840): rises with the student's strength; Spearman rho +1.00 over 3 families.") in text
+    # a peak on the same set for a stronger family does not make the complexity rise
+    res = _ladder_records({"nat": [17.0, 19.5, 19.0, 16.5], "glat": [16.0, 18.0, 17.6, 17.4],
+                           "dat": [26.0, 27.0, 26.5, 26.0]})
+    text = "\n".join(ladder_section(cfg, res, tmp_path, {}))
+    assert "- C(d) paper of each family's peak set, weakest first: nat small (0.690), glat small (0.690), dat small " \
+           "(0.690): does not rise with the student's strength." in text
+    # teachers of one shape are not a ladder
+    same = replace(cfg, teachers=tuple(replace(t, shape=cfg.teachers[0].shape) for t in cfg.teachers))
+    assert ladder_section(same, res, tmp_path, {}) == []

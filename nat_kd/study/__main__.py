@@ -34,9 +34,11 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", help="raw Multi30k folder (default: $NAT_KD_DATA, else ../shared/data/multi30k)")
     p.add_argument("--corpus", metavar="CORPUS.toml", help="your own corpus instead of Multi30k: a TOML file with a "
                    "[corpus] section (and [study] src, tgt) that replaces the config's (docs/study.md)")
-    p.add_argument("--reuse", metavar="DIR", action="append", default=[],
+    p.add_argument("--reuse", metavar="DIR_OR_RESULTS_JSON", action="append", default=[],
                    help="an earlier study's folder (e.g. runs/study/kd-effect): its finished steps with the same "
-                        "settings on the same inputs count as done here (repeatable)")
+                        "settings on the same inputs count as done here; or a committed study's results.json "
+                        "(e.g. docs/results/capacity/results.json): its records count for the steps no other step "
+                        "needs (students) whose inputs have the same digests (repeatable)")
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
     p.add_argument("--only", metavar="STEP", action="append", default=[],
                    help="run only this step and the steps it needs (repeatable; the names --list prints)")
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
 
 
 def _study(args, argv) -> int:
-    from .plan import build_plan  # imports fairseq
+    from .plan import build_plan, settings_as_read  # imports fairseq
     from .results import write_results  # imports matplotlib
 
     check_launcher_arguments(args)
@@ -75,7 +77,7 @@ def _study(args, argv) -> int:
     if launcher:
         submitit_warnings_once()
     runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, launcher=launcher,
-                    reuse=tuple(map(Path, args.reuse)))
+                    reuse=tuple(map(Path, args.reuse)), canonical=settings_as_read)
     if args.dry_run:
         planned = needed(steps, args.only) if args.only else steps
         for line in dry_run(planned, runner, cluster, detach=args.detach and args.launcher == "slurm"):

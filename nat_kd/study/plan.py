@@ -315,6 +315,23 @@ def modes_step(ctx: StepContext, *, prepare: str, systems: dict, distilled: str,
 
 # ---------------------------------------------------------------- the plan
 
+def training_settings(training: Training, nat_family: str | None) -> dict:
+    """A training step's ``training`` settings: only what the model reads (``Training.used_by``); the glancing
+    schedule only when it is not the default, so that the steps of studies made before it was configurable keep
+    their fingerprints."""
+    return {k: v for k, v in asdict(training.used_by(nat_family)).items() if k != "glance_anneal_updates" or v}
+
+
+def settings_as_read(kind: str, settings: dict) -> dict:
+    """A step's settings as its work reads them, for matching a record made before a setting its model never
+    reads was left out of the settings (a vanilla NAT's glancing schedule, the label smoothing of a loss that
+    has none): such a record is of the same training (steps.Runner's ``canonical``)."""
+    if kind != "train" or "training" not in settings:
+        return settings
+    return {**settings, "training": training_settings(Training(**settings["training"]), settings.get("nat_family"))}
+
+
+
 def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None) -> list[Step]:
     steps: list[Step] = []
     evaluation = dict(cfg.evaluation)
@@ -347,10 +364,7 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
                 vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
 
     def train(name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=cfg.tgt, seed=1):
-        # only what the model reads (used_by); the seed and the glancing schedule only when they are not the
-        # defaults, so that the steps of studies made before they were configurable keep their fingerprints
-        training = {k: v for k, v in asdict(training.used_by(nat_family)).items()
-                    if k != "glance_anneal_updates" or v}
+        training = training_settings(training, nat_family)
         # more updates later continue the training (its learning rate and glancing schedule do not depend on
         # the budget), its curve's earlier points kept
         add(name, "train", train_step, [prepare] + ([data] if data else []), budget=("updates",), prepare=prepare,

@@ -149,6 +149,47 @@ def step_recipe(step: Step, records: dict) -> dict | None:
     return {"fingerprint": step_fingerprint(step, records, settings), "updates": training["updates"]}
 
 
+def inputs_key(kind: str, settings: dict, digests: dict[str, str]) -> str:
+    """A step's inputs by content: its kind, its settings, and its dependencies' output digests, each
+    dependency's name (where the settings name it) replaced by its digest, so that a step of another study
+    with other step names but byte-identical inputs has the same key. Unlike the fingerprint, it does not
+    chain the dependencies' own inputs: a teacher retrained to the same beam set counts as the same input."""
+
+    def by_content(value):
+        if isinstance(value, str) and value in digests:
+            return {"digest": digests[value]}
+        if isinstance(value, dict):
+            return {k: by_content(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [by_content(v) for v in value]
+        return value
+
+    return sha256_json({"version": STEP_VERSION, "kind": kind, "settings": by_content(settings),
+                        "inputs": sorted(digests.values())})
+
+
+class ReusedRecords:
+    """The records of a results.json (a study whose folder is gone), by their inputs' key (``inputs_key``)."""
+
+    def __init__(self, path: Path, canonical: Callable[[str, dict], dict]):
+        self.path = path
+        try:
+            steps = json.loads(path.read_text(encoding="utf-8"))["steps"]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise StepError(f"--reuse {path}: not a study's results.json (no \"steps\" in it); give a study's "
+                            "results/results.json or its folder") from None
+        self.by_key = {}
+        for record in steps.values():
+            digests = {d: steps[d]["digest"] for d in record.get("deps", []) if d in steps}
+            if len(digests) == len(record.get("deps", [])):
+                key = inputs_key(record["kind"], canonical(record["kind"], record["settings"]), digests)
+                self.by_key.setdefault(key, record)
+
+    def find(self, key: str) -> dict | None:
+        found = self.by_key.get(key)
+        return json.loads(json.dumps(found)) if found is not None else None
+
+
 def begun_with(work: Path, fingerprint: str, recipe: dict | None = None) -> bool:
     """Whether the step's work folder was begun with these inputs (so a run resumes what is there), or, for
     a budgeted step (``recipe``: step_recipe), with the same inputs but a budget of no more updates (so a
@@ -198,25 +239,35 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
 
 
 class Runner:
-    def __init__(self, root: Path, jobs: int = 1, threads: int = 1, launcher=None, reuse: tuple[Path, ...] = ()):
+    def __init__(self, root: Path, jobs: int = 1, threads: int = 1, launcher=None, reuse: tuple[Path, ...] = (),
+                 canonical: Callable[[str, dict], dict] | None = None):
         """``launcher``: None runs the steps in this process's threads, ``jobs`` at a time; a
         nat_kd.study.cluster.JobLauncher submits each as a job instead, up to its own limit. ``reuse``: other
         study folders whose finished steps stand in for this study's own when their fingerprints match (the
-        same settings on the same inputs): the record is copied, the outputs stay there."""
+        same settings on the same inputs): the record is copied, the outputs stay there; or the results.json of
+        a study whose folder is gone (a committed results page): its records stand in for the steps that no
+        other step needs, where their settings and their inputs' digests match (``ReusedRecords``);
+        ``canonical(kind, settings)``: the settings as the step's work reads them, for that match."""
         self.root, self.jobs, self.threads, self.launcher = Path(root), max(1, jobs), threads, launcher
-        self.reuse = [Path(r) for r in reuse]
+        self.reuse = [Path(r) for r in reuse if not Path(r).is_file()]
+        self.canonical = canonical or (lambda kind, settings: settings)
+        self.reused_records = [ReusedRecords(Path(r), self.canonical) for r in reuse if Path(r).is_file()]
         for other in self.reuse:  # a study whose first step is still running has no steps/ yet
             if not any((other / folder).is_dir() for folder in ("steps", "work", "logs")):
-                raise StepError(f"--reuse {other}: not a study folder (no steps/, work/ or logs/ in it); give the "
-                                "--out of an earlier study, e.g. runs/study/kd-effect")
+                raise StepError(f"--reuse {other}: not a study folder (no steps/, work/ or logs/ in it) nor a "
+                                "results.json; give the --out of an earlier study, e.g. runs/study/kd-effect, or "
+                                "a committed study's results.json")
         # made by the first step that runs: --list and --dry-run leave a mistyped --out uncreated
         self.records_dir, self.work_dir = self.root / "steps", self.root / "work"
         self.ran: list[str] = []  # steps run this time (the others were up to date)
         self.skipped: list[str] = []
+        self._needed: set[str] = set()  # the steps other steps of the plan depend on (set by run and states)
 
-    def _record(self, name: str, fingerprint: str | None = None) -> dict | None:
+    def _record(self, name: str, fingerprint: str | None = None, step: Step | None = None,
+                records: dict | None = None) -> dict | None:
         """The step's record here; with ``fingerprint``, when this study's is not up to date, a record of a
-        ``reuse`` folder that is, copied here first."""
+        ``reuse`` folder that is, copied here first; failing that, for a ``step`` no other step needs, a record
+        of a reused results.json whose inputs match (``records``: its dependencies' records here)."""
         path = self.records_dir / f"{name}.json"
         record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
         if fingerprint is None or self._up_to_date(record, fingerprint):
@@ -229,18 +280,36 @@ class Runner:
                 atomic.write_json(path, found)
                 logger.info("reuse %s from %s", name, other)
                 return found
+        if step is not None and name not in self._needed:
+            key = inputs_key(step.kind, self.canonical(step.kind, step.settings),
+                             {d: records[d]["digest"] for d in step.deps})
+            for source in self.reused_records:
+                found = source.find(key)
+                if found is not None:
+                    found = {**found, "fingerprint": fingerprint,
+                             "reused_record": {"from": str(source.path), "name": found["name"],
+                                               "fingerprint": found["fingerprint"], "inputs": key}}
+                    atomic.write_json(path, found)
+                    logger.info("reuse %s from the record of %s in %s (the same settings on inputs of the same "
+                                "digests)", name, found["reused_record"]["name"], source.path)
+                    return found
         return record
 
     def current(self, step: Step, records: dict) -> tuple[str, dict | None]:
         """The step's fingerprint on its dependencies' ``records``, and its record if that is up to date."""
         fingerprint = step_fingerprint(step, records)
-        record = self._record(step.name, fingerprint)
+        record = self._record(step.name, fingerprint, step, records)
         return fingerprint, record if self._up_to_date(record, fingerprint) else None
 
     def _up_to_date(self, record: dict | None, fingerprint: str) -> bool:
-        return (record is not None and record.get("fingerprint") == fingerprint
-                and all(Path(p).exists() for p in record["result"].get("outputs", []))
-                and sha256_files(record["result"].get("outputs", [])) == record["digest"])
+        """The record is of these inputs, and its outputs are there with their digest (a record taken from a
+        results.json has its outputs elsewhere, or nowhere: its inputs' digests matched instead)."""
+        if record is None or record.get("fingerprint") != fingerprint:
+            return False
+        if "reused_record" in record:
+            return True
+        outputs = record["result"].get("outputs", [])
+        return all(Path(p).exists() for p in outputs) and sha256_files(outputs) == record["digest"]
 
     def _execute(self, step: Step, fingerprint: str, records: dict) -> dict:
         return execute(self.root, step, fingerprint, {n: r["result"] for n, r in records.items()},
@@ -255,6 +324,7 @@ class Runner:
                 raise ValueError(f"step {s.name} depends on unknown step(s) {missing}")
             if s.in_driver and not all(by_name[d].in_driver for d in s.deps):
                 raise ValueError(f"step {s.name} runs in the driver but depends on a job's step")
+        self._needed = {d for s in steps for d in s.deps}
         records: dict[str, dict] = {}
         pending, running, failure = dict(by_name), {}, None
         limit = self.launcher.max_jobs if self.launcher else self.jobs
@@ -308,6 +378,7 @@ class Runner:
         """Each step's state, in plan order: "done" (up to date), "begun" (its work folder holds a run with the
         same inputs, which the next run resumes) or "to run"; runs nothing."""
         records, states = {}, {}
+        self._needed = {d for s in steps for d in s.deps}
         for step in steps:
             ready = all(d in records for d in step.deps)
             fingerprint, record = self.current(step, records) if ready else (None, None)
