@@ -155,3 +155,30 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
     assert capsys.readouterr().out.split().count("done") == len(steps)
     assert main(["kd-effect-micro", "--out", str(out), "--data-dir", corpus]) == 0
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
+
+
+def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, capsys):
+    """Two teachers of distinct sizes under one stopping rule, each teacher's beam set analysed, the student on
+    each: the figure, the table (the teachers' BLEU, both C(d) of each set, the student's BLEU, its peak) and
+    the verdicts are written from the records; a rerun finds every step done."""
+    from nat_kd.study.__main__ import main
+
+    out, corpus, results, text, steps, cfg = _run_profile("ladder-micro", tmp_path, evaluation=40)
+    assert (results / "students_vs_teacher_size.png").stat().st_size > 10_000
+    section = text.split("## The central figure", 1)[1]
+    rows = {r["name"]: r for r in steps["analysis"]["result"]["rows"]}
+    for t in cfg.teachers:
+        teacher = steps[f"teacher.{t.name}"]["result"]
+        # the one stopping rule: a measurement every 2 updates, stopped one measurement after the last best
+        measured = [p["updates"] for p in teacher["curve"]]
+        assert measured[0] == 2 and teacher["best_updates"] in measured and measured[-1] <= 4
+    bleu = [steps[f"student.nat.{t.name}.beam"]["result"]["test_bleu"] for t in cfg.teachers]
+    peak = cfg.teachers[max(range(2), key=lambda i: (bleu[i], -i))].name
+    assert f"| nat | {' | '.join(('**%.2f**' if t.name == peak else '%.2f') % b for t, b in zip(cfg.teachers, bleu))}" \
+           f" | {steps['student.nat.real']['result']['test_bleu']:.2f} | {peak} |" in section
+    assert ("| C(d) paper | " + " | ".join(f"{rows[f'{t.name}.beam']['complexity']:.3f}" for t in cfg.teachers)
+            in section)
+    assert "**Does every curve rise, then fall?**\n\n- nat: " in section  # its wording: test_study.py
+    capsys.readouterr()
+    assert main(["ladder-micro", "--out", str(out), "--data-dir", corpus]) == 0
+    assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out

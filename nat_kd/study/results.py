@@ -22,6 +22,7 @@ from .config import StudyConfig
 from .plan import student_step
 from .central_table import central_section
 from .family_table import family_section
+from .ladder import ladder_section
 from .gains import gains_section
 
 
@@ -409,6 +410,7 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
         *gains_section(cfg, res),
         *central_section(cfg, res, out, paths),
         *family_section(cfg, res, out, paths),
+        *ladder_section(cfg, res, out, paths),
         *speed_section(cfg, res),
         *training_speed_section(cfg, res),
         *(["## Learning curves (validation BLEU every N updates; the checkpoint kept is the best)\n",
