@@ -278,34 +278,44 @@ def ranking(records: dict, candidates: list[str], family: str, shape: str, updat
 
 
 def verdict(rank: dict) -> str:
-    """One line: is the leader ahead by more than the pilots' seed noise, and can the ranking be trusted, by how
-    this family's pilots of this length and shape ranked the sets in the committed studies (the pilot's pick was
-    the final best: pilots.picked_the_best)?"""
-    from nat_kd.study.pilots import picked_the_best
+    """One line, distrust first: pilots that have not learned yet (best validation BLEU below
+    pilots.LEARNED_BLEU) should run longer; pilots of a length whose committed pilots did not pick the final
+    best set are not to be trusted yet; only then is a leader within the pilots' seed noise a draw, and a
+    ranking trusted as far as the committed studies measured (pilots.picked_the_best)."""
+    from nat_kd.study.pilots import LEARNED_BLEU, picked_the_best
 
     who = f"{rank['family']} pilots at {rank['shape_label']}"
     trusted, agreement, noise, rows = rank["trusted_updates"], rank["agreement"], rank["noise"], rank["rows"]
-    if noise and len(rows) > 1 and rows[0]["valid_bleu"] - rows[1]["valid_bleu"] < noise["sd"]:
-        return (f"Verdict: a draw at the top. {rows[0]['set']} leads {rows[1]['set']} by "
-                f"{rows[0]['valid_bleu'] - rows[1]['valid_bleu']:.2f} BLEU, less than the seed alone moves {who} of "
-                f"{noise['updates']:,} updates in the committed studies (sd {noise['sd']:.2f} over {noise['sets']} "
-                "sets): train both in full, or pilot longer.")
     first = (f"they first picked the final best at {trusted:,} updates" if trusted else
              "at no budget measured did they pick the final best in every study")
+    best = rows[0]["valid_bleu"]
+    if best < LEARNED_BLEU:
+        longer = (f"at least {trusted:,} updates, where {who} first picked the final best in every committed study"
+                  if trusted and trusted > rank["updates"] else f"at least {2 * rank['updates']:,} updates, then "
+                  "choose again")
+        return (f"Verdict: pilot longer: these pilots have not learned yet. The best reached validation BLEU "
+                f"{best:.2f}, below {LEARNED_BLEU:g}, where every student of the committed studies still at least "
+                f"doubled it over the next 250 updates: their order is how fast they got off the ground, not the "
+                f"sets'. Pilot {longer}.")
+    if agreement and not picked_the_best(agreement):
+        missed = "; ".join(f"{r['study']}: picked {r['pick']}, {r['regret']:.2f} test BLEU below the final best"
+                           for r in agreement if r["regret"] != 0)
+        return (f"Verdict: do not trust this ranking yet. {who} of {max(r['updates'] for r in agreement):,} updates "
+                f"did not rank the sets as full training did ({missed}); {first}.")
+    if noise and len(rows) > 1 and best - rows[1]["valid_bleu"] < noise["sd"]:
+        return (f"Verdict: a draw at the top. {rows[0]['set']} leads {rows[1]['set']} by "
+                f"{best - rows[1]['valid_bleu']:.2f} BLEU, less than the seed alone moves {who} of "
+                f"{noise['updates']:,} updates in the committed studies (sd {noise['sd']:.2f} over {noise['sets']} "
+                "sets): train both in full, or pilot longer.")
     if not rank["measured_updates"]:
         return (f"Verdict: untested. No committed study measured how {who} rank training sets: treat this ranking "
                 "as a pilot's, nothing more.")
     if not agreement:
         return (f"Verdict: untested this short. {who} were measured from {rank['measured_updates'][0]:,} updates "
                 f"on; {first}.")
-    if picked_the_best(agreement):
-        studies = ", ".join(f"{r['study']} ({r['sets']} sets)" for r in agreement)
-        return (f"Verdict: trusted as far as measured. {who} of {max(r['updates'] for r in agreement):,} updates "
-                f"picked the final best set in {studies}.")
-    missed = "; ".join(f"{r['study']}: picked {r['pick']}, {r['regret']:.2f} test BLEU below the final best"
-                       for r in agreement if r["regret"] != 0)
-    return (f"Verdict: do not trust this ranking yet. {who} of {max(r['updates'] for r in agreement):,} updates did "
-            f"not rank the sets as full training did ({missed}); {first}.")
+    studies = ", ".join(f"{r['study']} ({r['sets']} sets)" for r in agreement)
+    return (f"Verdict: trusted as far as measured. {who} of {max(r['updates'] for r in agreement):,} updates "
+            f"picked the final best set in {studies}.")
 
 
 def render(rank: dict, arch: str) -> str:
