@@ -39,12 +39,12 @@ PRECISION_FLAGS = {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}
 
 
 def shape_of(spec: str):
-    """'6x512:16384' -> (ModelShape.parse('6x512'), max tokens 16384)."""
-    from nat_kd.study.config import ModelShape
+    """'6x512:16384' -> (ModelSize.parse('6x512'), max tokens 16384)."""
+    from fairseq_plugins.models.sizes import ModelSize
 
     try:
         dims, max_tokens = spec.split(":")
-        return ModelShape.parse(dims), int(max_tokens)
+        return ModelSize.parse(dims), int(max_tokens)
     except ValueError:
         raise SystemExit(f"--shapes {spec}: write LAYERSxWIDTH:MAX_TOKENS, e.g. 6x512:16384") from None
 

@@ -330,13 +330,14 @@ def test_a_profile_may_hold_the_launcher_tables(tmp_path):
 
 def test_multi_gpu_training_asks_fairseq_for_its_own_data_parallel_training(tmp_path, monkeypatch):
     from nat_kd.study import fairseq_jobs
-    from nat_kd.study.config import ModelShape, Training
+    from fairseq_plugins.models.sizes import ModelSize
+    from nat_kd.study.config import Training
 
     commands = []
     monkeypatch.setattr(fairseq_jobs, "run_logged", lambda module, args, *a, **k: commands.append(list(map(str, args))))
     (tmp_path / "checkpoint_best.pt").touch()
     for gpus in (0, 1, 4):
-        fairseq_jobs.train(tmp_path, tmp_path, arch="a", shape=ModelShape(8, 8, 1, 1), training=Training(updates=1),
+        fairseq_jobs.train(tmp_path, tmp_path, arch="a", shape=ModelSize(8, 8, 1, 1), training=Training(updates=1),
                            log=tmp_path / "log", threads=1, gpus=gpus)
     assert ["--distributed-world-size" in c for c in commands] == [False, False, True]
     assert commands[2][commands[2].index("--distributed-world-size") + 1] == "4"
@@ -344,13 +345,14 @@ def test_multi_gpu_training_asks_fairseq_for_its_own_data_parallel_training(tmp_
 
 def test_the_glancing_schedule_reaches_only_the_glancing_students(tmp_path, monkeypatch):
     from nat_kd.study import fairseq_jobs
-    from nat_kd.study.config import ModelShape, Training
+    from fairseq_plugins.models.sizes import ModelSize
+    from nat_kd.study.config import Training
 
     commands = []
     monkeypatch.setattr(fairseq_jobs, "run_logged", lambda module, args, *a, **k: commands.append(list(map(str, args))))
     (tmp_path / "checkpoint_best.pt").touch()
     for family, anneal in [("glat", 1333), ("dat", 1333), ("glat_ctc", 0), ("nat", 1333), ("ctc", 1333)]:
-        fairseq_jobs.train(tmp_path, tmp_path, arch="a", shape=ModelShape(8, 8, 1, 1), nat_family=family,
+        fairseq_jobs.train(tmp_path, tmp_path, arch="a", shape=ModelSize(8, 8, 1, 1), nat_family=family,
                            training=Training(updates=1, glance_anneal_updates=anneal), log=tmp_path / "log", threads=1)
     flagged = [c[c.index("--glance-anneal-updates") + 1] if "--glance-anneal-updates" in c else None
                for c in commands]
@@ -359,13 +361,14 @@ def test_the_glancing_schedule_reaches_only_the_glancing_students(tmp_path, monk
 
 def test_label_smoothing_reaches_only_the_students_whose_loss_takes_it(tmp_path, monkeypatch):
     from nat_kd.study import fairseq_jobs
-    from nat_kd.study.config import ModelShape, Training
+    from fairseq_plugins.models.sizes import ModelSize
+    from nat_kd.study.config import Training
 
     commands = []
     monkeypatch.setattr(fairseq_jobs, "run_logged", lambda module, args, *a, **k: commands.append(list(map(str, args))))
     (tmp_path / "checkpoint_best.pt").touch()
     for family in ("nat", "glat", "glat_ctc", "dat", None):
-        fairseq_jobs.train(tmp_path, tmp_path, arch="a", shape=ModelShape(8, 8, 1, 1), nat_family=family,
+        fairseq_jobs.train(tmp_path, tmp_path, arch="a", shape=ModelSize(8, 8, 1, 1), nat_family=family,
                            training=Training(updates=1, label_smoothing=0.1), log=tmp_path / "log", threads=1)
     assert [c[c.index("--label-smoothing") + 1] for c in commands] == ["0.1", "0.1", "0.0", "0.0", "0.1"]
 
@@ -612,7 +615,8 @@ def test_training_saves_every_n_updates_in_fp16_and_counts_the_updates_a_requeue
     import torch
 
     from nat_kd.study import fairseq_jobs
-    from nat_kd.study.config import ModelShape, Training
+    from fairseq_plugins.models.sizes import ModelSize
+    from nat_kd.study.config import Training
 
     commands, reached = [], iter([2350, 4000])
 
@@ -630,7 +634,7 @@ def test_training_saves_every_n_updates_in_fp16_and_counts_the_updates_a_requeue
     save_dir, log = tmp_path / "checkpoints", tmp_path / "log"
     save_dir.mkdir()
     (save_dir / "checkpoint_best.pt").touch()
-    train = dict(arch="a", shape=ModelShape(8, 8, 1, 1), training=Training(updates=4000), log=log, threads=1)
+    train = dict(arch="a", shape=ModelSize(8, 8, 1, 1), training=Training(updates=4000), log=log, threads=1)
     fairseq_jobs.train(tmp_path, save_dir, **train, gpus=1, fp16=True, save_updates=2000)
     flags = commands[0]
     assert flags[flags.index("--save-interval-updates") + 1] == "2000" and "--fp16" in flags

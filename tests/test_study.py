@@ -85,7 +85,7 @@ def test_minimal_config_gets_defaults(tmp_path):
     ("[teachers.models.training]\nupdate = 2\n", "a: training: unknown key(s) update"),
     ("[analysis]\ninterpolation = 1.5\n", "must be in (0, 1)"),
     ("[analysis]\nbucket = [1]\n", "unknown key(s) bucket"),
-    ("[study]\njobs = 'two'\n", "expected int"),
+    ("[study]\njobs = 'two'\n", "expected an integer"),
 ])
 def test_config_errors_name_the_file_and_the_key(tmp_path, extra, message):
     path = _write(tmp_path, MINIMAL + extra)
@@ -169,7 +169,7 @@ def test_a_corpus_file_runs_a_profile_on_your_own_corpus(tmp_path):
     ('prepared = "p"\ntrainpref = "t"\n', "either prepared = DIR"),
     ('trainpref = "t"\nvalidpref = "v"\n', "give validpref and testpref"),
     ('prepared = "p"\ntokenizer = "moses"\n', "tokenizer apply to raw prefixes only"),
-    ('trainpref = 3\n', "expected str"),
+    ('trainpref = 3\n', "expected a string"),
 ])
 def test_corpus_section_errors(tmp_path, corpus, message):
     overlay = tmp_path / "c.toml"
@@ -784,7 +784,8 @@ def test_decoding_speed_takes_turns_and_reports_the_median_ratio_per_batching(tm
 
 def test_fairseq_training_speed_is_read_from_its_own_reports(tmp_path, monkeypatch):
     from nat_kd.study import fairseq_jobs
-    from nat_kd.study.config import ModelShape, Training
+    from fairseq_plugins.models.sizes import ModelSize
+    from nat_kd.study.config import Training
 
     log = tmp_path / "log"
     log.write_text("INFO:train_inner:epoch 001: 10 / 9 loss=3, ups=9.0, wpb=1\n")  # an earlier run's
@@ -796,7 +797,7 @@ def test_fairseq_training_speed_is_read_from_its_own_reports(tmp_path, monkeypat
                 handle.write(f"INFO:train_inner:epoch 001:     10 / 141 loss=7.6, ppl=196.2, ups={ups}, wpb=3440\n")
 
     monkeypatch.setattr(fairseq_jobs, "run_logged", fake_run)
-    ups = fairseq_jobs.training_speed(tmp_path, tmp_path, arch="a", shape=ModelShape(8, 8, 1, 1),
+    ups = fairseq_jobs.training_speed(tmp_path, tmp_path, arch="a", shape=ModelSize(8, 8, 1, 1),
                                       training=Training(updates=1), nat_family="nat", updates=30, interval=10, log=log)
     assert ups == 0.7
 
@@ -1028,10 +1029,11 @@ def test_a_curve_chunk_killed_after_an_epoch_s_end_trains_again_as_it_ran(tiny_e
 
     from conftest import ROOT
     from nat_kd.study import fairseq_jobs
-    from nat_kd.study.config import ModelShape, Training
+    from fairseq_plugins.models.sizes import ModelSize
+    from nat_kd.study.config import Training
 
     # about 5 updates an epoch: the first chunk ends in epoch 2, the second ends in epoch 3
-    model = dict(arch="kd_transformer_tiny", shape=ModelShape(32, 64, 1, 2), nat_family=None)
+    model = dict(arch="kd_transformer_tiny", shape=ModelSize(32, 64, 1, 2), nat_family=None)
     chunks = [Training(updates=updates, max_tokens=2048, warmup=4, bleu_every=6) for updates in (6, 14)]
 
     def train(name, chunk):

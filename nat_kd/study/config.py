@@ -5,12 +5,16 @@ otherwise silently run the default). ``profile_path`` resolves a bundled profile
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nat_kd.errors import NatKdError
+from nat_kd.settings_file import check_value, dataclass_from_table, read_toml
 from nat_kd.launch.settings import ClusterConfig, cluster_config
+
+if TYPE_CHECKING:  # imported where needed: importing the plugin registers its models with fairseq
+    from fairseq_plugins.models.sizes import ModelSize
 
 PROFILES = Path(__file__).parent / "profiles"
 # [analysis]: the detailed measures of nat_kd.analysis.report.DetailedAnalysisReport (off unless detailed = true)
@@ -23,45 +27,6 @@ ANALYSIS_DEFAULTS = {"detailed": False,
 
 class ConfigError(NatKdError):
     """A problem in the config file; the message names the file, the key and the fix."""
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """Transformer dimensions (encoder and decoder alike), given to fairseq on the command line."""
-    embed_dim: int
-    ffn_dim: int
-    layers: int
-    heads: int
-    dropout: float = 0.1
-
-    def flags(self) -> list[str]:
-        """The same dimensions as fairseq-train options (--encoder-embed-dim 256 ...)."""
-        return [str(x) for key, value in self.overrides().items() for x in (f"--{key.replace('_', '-')}", value)]
-
-    def overrides(self) -> dict:
-        """The same dimensions as fairseq argument names (to build the model in-process, e.g. to count it)."""
-        out = {"dropout": self.dropout}
-        for side in ("encoder", "decoder"):
-            out |= {f"{side}_embed_dim": self.embed_dim, f"{side}_ffn_embed_dim": self.ffn_dim,
-                    f"{side}_layers": self.layers, f"{side}_attention_heads": self.heads}
-        return out
-
-    @property
-    def label(self) -> str:
-        return f"{self.layers}x{self.embed_dim}"
-
-    @classmethod
-    def parse(cls, label: str) -> ModelShape:
-        """'6x512' -> 6 layers of width 512, a feed-forward 4x as wide, a head every 64 dimensions (4 at most
-        below 256: the studies' 2x128 students have 4), as transformer-base and the studies size them."""
-        try:
-            layers, width = (int(x) for x in label.split("x"))
-        except ValueError:
-            raise ValueError(f"{label}: write LAYERSxWIDTH, e.g. 2x128 or 6x512") from None
-        heads = max(4, width // 64)
-        if layers < 1 or width < 4 or width % heads:
-            raise ValueError(f"{label}: at least 1 layer, and a width that its {heads} heads divide")
-        return cls(embed_dim=width, ffn_dim=4 * width, layers=layers, heads=heads)
 
 
 @dataclass(frozen=True)
@@ -98,7 +63,7 @@ class Training:
 @dataclass(frozen=True)
 class TeacherSpec:
     name: str
-    shape: ModelShape
+    shape: ModelSize
     training: Training  # [teachers.training], with the keys of its own [teachers.models.training] over it
 
 
@@ -157,13 +122,13 @@ class StudyConfig:
     decoding: dict  # beam, top_k, temperature, ... (nat_kd.distill.decoding.DecodingSettings fields)
     distill_max_tokens: int
     student_families: tuple[str, ...]
-    student_shape: ModelShape
+    student_shape: ModelSize
     student_training: Training
     evaluation: dict  # beam, max_tokens
     analysis: dict  # detailed (bool) and the detailed measures' settings (see ANALYSIS_DEFAULTS)
     born_again_rounds: int
     born_again_student: str
-    born_again_shape: ModelShape
+    born_again_shape: ModelSize
     modes: dict | None  # the multi-modality experiment (None: skipped)
     source: Path | None = None
     # [corpus]: your own corpus instead of Multi30k (None): {"prepared": DIR} (nat_kd.prepare output) or
@@ -201,12 +166,17 @@ def profile_names() -> list[str]:
 
 
 def _take(table: dict, key: str, default, where: str, kind=None):
+    """``table[key]`` (removed from it) of type ``kind`` (None: any), else ``default`` (MISSING: required)."""
     value = table.pop(key, default)
     if value is MISSING:
         raise ConfigError(f"{where}: missing key '{key}'")
-    if kind is not None and value is not None and not isinstance(value, kind):
-        raise ConfigError(f"{where}.{key} = {value!r}: expected {getattr(kind, '__name__', kind)}")
-    return value
+    if kind is None or value is None:
+        return value
+    if isinstance(kind, tuple):
+        if not isinstance(value, kind):
+            raise ConfigError(f"{where}.{key} = {value!r}: expected {' or '.join(k.__name__ for k in kind)}")
+        return value
+    return check_value(value, kind, f"{where}.{key}", ConfigError)
 
 
 def _no_leftovers(table: dict, where: str) -> None:
@@ -215,33 +185,18 @@ def _no_leftovers(table: dict, where: str) -> None:
                           "nat_kd/study/profiles/cpu.toml")
 
 
-def _dataclass(cls, table: dict, where: str, **fixed):
-    table = dict(table)
-    values = dict(fixed)
-    for f in fields(cls):
-        if f.name in fixed:
-            continue
-        default = f.default if f.default is not MISSING else MISSING
-        values[f.name] = _take(table, f.name, default, where)
-    _no_leftovers(table, where)
-    return cls(**values)
-
-
-def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: {err}") from None
+def _dataclass(cls, table: dict, where: str):
+    return dataclass_from_table(cls, table, where, ConfigError)
 
 
 def load(path: str | Path, corpus: str | Path | None = None) -> StudyConfig:
     """The config (a bundled profile's name or a TOML file); ``corpus``: a TOML file whose [corpus] section
     (and [study] src, tgt) replace the config's, to run a profile on your own corpus."""
     path = profile_path(str(path))
-    raw = _read_toml(path)
+    raw = read_toml(path, ConfigError)
     if corpus is not None:
         corpus = Path(corpus)
-        overlay = _read_toml(corpus)
+        overlay = read_toml(corpus, ConfigError)
         study = overlay.pop("study", {})
         if set(overlay) - {"corpus"} or set(study) - {"src", "tgt"}:
             raise ConfigError(f"{corpus}: a corpus file holds [corpus] and [study] src, tgt only; other settings go "
@@ -253,94 +208,137 @@ def load(path: str | Path, corpus: str | Path | None = None) -> StudyConfig:
     cluster = cluster_config({k: raw.pop(k) for k in ("launcher", "resources") if k in raw}, str(path))
     try:
         return replace(_build(raw, path), cluster=cluster)
-    except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from None
-    except TypeError as err:
+    except (ConfigError, TypeError) as err:
         raise ConfigError(f"{path}: {err}") from None
 
 
 def _build(raw: dict, path: Path) -> StudyConfig:
-    study = dict(raw.pop("study", {}))
-    where = "[study]"
-    name = _take(study, "name", path.stem, where, str)
-    src, tgt = _take(study, "src", "en", where, str), _take(study, "tgt", "de", where, str)
-    vocab_size = _take(study, "vocab_size", 8000, where, int)
-    train_limit = _take(study, "train_limit", 0, where, int) or None
-    jobs = _take(study, "jobs", 2, where, int)
-    _no_leftovers(study, where)
+    """The config's sections, each read and checked by its own function, in the order they depend on."""
+    study = _study(raw.pop("study", {}), path)
+    teachers, teacher_training = _teachers(raw.pop("teachers", {}))
+    distilled, decoding, max_tokens = _distill(raw.pop("distill", {}), teachers)
+    students = _students(raw.pop("students", {}))
+    mixes = _mixes(raw.pop("mixes", []), {d.name for d in distilled})
+    labels = ["real"] + [d.name for d in distilled] + [m.name for m in mixes]
+    seed_sets = _seed_sets(students.pop("seed_sets"), students["families"], labels, "[students].seed_sets")
+    speed = _speed(raw.pop("speed", None), teachers, labels)
+    training_speed = _training_speed(raw.pop("training_speed", None), labels)
+    evaluation = _evaluation(raw.pop("evaluation", {}))
+    _check_trainings(teacher_training, students["training"], teachers)
+    analysis = _analysis(raw.pop("analysis", {}))
+    born = _born_again(raw.pop("born_again", {}), students["families"], students["shape"])
+    corpus = _corpus(raw.pop("corpus", None))
+    modes = raw.pop("modes", None)
+    # the multi-modality experiment needs Multi30k's four languages: not on your own corpus
+    modes = _modes(modes, study["vocab_size"]) if corpus is None else None
+    _no_leftovers(raw, "top level")
+    return StudyConfig(**study, teachers=teachers, teacher_training=teacher_training, distilled=distilled,
+                       decoding=decoding, distill_max_tokens=max_tokens, student_families=students["families"],
+                       student_shape=students["shape"], student_training=students["training"],
+                       evaluation=evaluation, analysis=analysis, **born, modes=modes, source=path, corpus=corpus,
+                       mixes=mixes, student_seeds=students["seeds"], seed_sets=seed_sets, speed=speed,
+                       training_speed=training_speed)
 
-    teacher_section = dict(raw.pop("teachers", {}))
-    shapes = teacher_section.pop("models", None)
+
+def _study(section: dict, path: Path) -> dict:
+    section, where = dict(section), "[study]"
+    out = {"name": _take(section, "name", path.stem, where, str), "src": _take(section, "src", "en", where, str),
+           "tgt": _take(section, "tgt", "de", where, str),
+           "vocab_size": _take(section, "vocab_size", 8000, where, int),
+           "train_limit": _take(section, "train_limit", 0, where, int) or None,
+           "jobs": _take(section, "jobs", 2, where, int)}
+    _no_leftovers(section, where)
+    return out
+
+
+def _teachers(section: dict) -> tuple[tuple[TeacherSpec, ...], Training]:
+    """[[teachers.models]], each with [teachers.training] under its own [teachers.models.training]."""
+    from fairseq_plugins.models.sizes import ModelSize
+
+    section = dict(section)
+    shapes = section.pop("models", None)
     if not shapes:
         raise ConfigError("[teachers]: give [[teachers.models]] entries (name, embed_dim, ffn_dim, layers, heads), "
                           "smallest first")
-    teacher_defaults = dict(teacher_section.pop("training", {}))
-    teacher_training = _dataclass(Training, teacher_defaults, "[teachers.training]")
+    defaults = dict(section.pop("training", {}))
+    teacher_training = _dataclass(Training, defaults, "[teachers.training]")
     teachers = []
     for entry in shapes:
         entry = dict(entry)
-        teacher = str(_take(entry, "name", MISSING, "[[teachers.models]]"))
-        own = entry.pop("training", {})
-        training = _dataclass(Training, teacher_defaults | own, f"[[teachers.models]] {teacher}: training")
-        teachers.append(TeacherSpec(teacher, _dataclass(ModelShape, entry, f"[[teachers.models]] {teacher}"), training))
-    teachers = tuple(teachers)
+        name = str(_take(entry, "name", MISSING, "[[teachers.models]]"))
+        training = _dataclass(Training, defaults | entry.pop("training", {}), f"[[teachers.models]] {name}: training")
+        teachers.append(TeacherSpec(name, _dataclass(ModelSize, entry, f"[[teachers.models]] {name}"), training))
     if len({t.name for t in teachers}) != len(teachers):
         raise ConfigError("[[teachers.models]]: teacher names must differ")
-    _no_leftovers(teacher_section, "[teachers]")
+    _no_leftovers(section, "[teachers]")
+    return tuple(teachers), teacher_training
 
-    distill = dict(raw.pop("distill", {}))
-    where = "[distill]"
-    beam_teachers = _take(distill, "beam_teachers", [t.name for t in teachers], where, list)
-    methods_teacher = _take(distill, "methods_teacher", teachers[len(teachers) // 2].name, where, str)
-    methods = _take(distill, "methods", ["greedy", "topk", "sampling", "seq-inter"], where, list)
-    max_tokens = _take(distill, "max_tokens", 3000, where, int)
-    decoding = distill  # what is left: DecodingSettings fields (beam, top_k, temperature, seed, ...)
+
+def _distill(section: dict, teachers: tuple[TeacherSpec, ...]) -> tuple[tuple[DistillSpec, ...], dict, int]:
+    """The distilled sets (every beam teacher's beam set, one teacher's other methods), the decoding settings
+    (nat_kd.distill.decoding.DecodingSettings fields: what [distill] holds besides) and the batch size."""
     from nat_kd.distill.decoding import STRATEGIES, DecodingSettings
+
+    section, where = dict(section), "[distill]"
+    names = [t.name for t in teachers]
+    beam_teachers = _take(section, "beam_teachers", names, where, list)
+    methods_teacher = _take(section, "methods_teacher", names[len(names) // 2], where, str)
+    methods = _take(section, "methods", ["greedy", "topk", "sampling", "seq-inter"], where, list)
+    max_tokens = _take(section, "max_tokens", 3000, where, int)
     known = {f.name for f in fields(DecodingSettings)} - {"strategy"}  # the strategy is the set's own
-    if set(decoding) - known:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(set(decoding) - known))}; decoding keys are "
+    if set(section) - known:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(set(section) - known))}; decoding keys are "
                           f"{', '.join(sorted(known))}")
     for teacher in [*beam_teachers, methods_teacher]:
-        if teacher not in {t.name for t in teachers}:
-            raise ConfigError(f"{where}: teacher '{teacher}' is not one of [[teachers.models]] "
-                              f"({', '.join(t.name for t in teachers)})")
+        if teacher not in names:
+            raise ConfigError(f"{where}: teacher '{teacher}' is not one of [[teachers.models]] ({', '.join(names)})")
     for method in methods:
         if method not in STRATEGIES:
             raise ConfigError(f"{where}.methods: unknown strategy '{method}'; choose from {', '.join(STRATEGIES)}")
     distilled = tuple([DistillSpec(t, "beam") for t in beam_teachers]
                       + [DistillSpec(methods_teacher, m) for m in methods if m != "beam"])
+    return distilled, section, max_tokens
 
-    students = dict(raw.pop("students", {}))
-    where = "[students]"
-    families = tuple(_take(students, "families", ["nat", "cmlm"], where, list))
+
+def _students(section: dict) -> dict:
+    """[students]: the families, their shape and training, the extra seeds (seed_sets checked by the caller,
+    which knows the training sets)."""
+    from fairseq_plugins.models.sizes import ModelSize
+
+    section, where = dict(section), "[students]"
+    families = tuple(_take(section, "families", ["nat", "cmlm"], where, list))
     _check_families(families, f"{where}.families")
-    student_shape = _dataclass(ModelShape, students.pop("model", {}), "[students.model]")
-    student_training = _dataclass(Training, students.pop("training", {}), "[students.training]")
-    seeds = tuple(_take(students, "seeds", [], where, list))  # beyond seed 1, which every student trains with
-    seed_sets = _take(students, "seed_sets", [], where, (list, dict))
-    _no_leftovers(students, where)
+    out = {"families": families, "shape": _dataclass(ModelSize, section.pop("model", {}), "[students.model]"),
+           "training": _dataclass(Training, section.pop("training", {}), "[students.training]"),
+           "seeds": tuple(_take(section, "seeds", [], where, list)),  # beyond seed 1, which every student has
+           "seed_sets": _take(section, "seed_sets", [], where, (list, dict))}
+    _no_leftovers(section, where)
+    seeds = out["seeds"]
     if any(not isinstance(x, int) or x == 1 for x in seeds) or len(set(seeds)) != len(seeds):
         raise ConfigError(f"{where}.seeds = {list(seeds)}: give distinct integers other than 1 (every student "
                           "trains with seed 1 already)")
-    if bool(seeds) != bool(seed_sets):
+    if bool(seeds) != bool(out["seed_sets"]):
         raise ConfigError(f"{where}: seeds and seed_sets go together (which seeds, on which training sets)")
-    mixes = _mixes(raw.pop("mixes", []), {d.name for d in distilled})
-    labels = ["real"] + [d.name for d in distilled] + [m.name for m in mixes]
-    seed_sets = _seed_sets(seed_sets, families, labels, f"{where}.seed_sets")
-    speed = _speed(raw.pop("speed", None), teachers, labels)
-    training_speed = _training_speed(raw.pop("training_speed", None), labels)
+    return out
 
-    section, where = dict(raw.pop("evaluation", {})), "[evaluation]"
+
+def _evaluation(section: dict) -> dict:
+    section, where = dict(section), "[evaluation]"
     evaluation = {"beam": _take(section, "beam", 5, where, int),
                   "max_tokens": _take(section, "max_tokens", 8192, where, int),
                   # AT output length limit a * source length + b (fairseq's defaults; NATs predict theirs)
-                  "max_len_a": _take(section, "max_len_a", 0.0, where, (int, float)),
+                  "max_len_a": _take(section, "max_len_a", 0.0, where, float),
                   "max_len_b": _take(section, "max_len_b", 200, where, int),
                   # valid BLEU is informative only (checkpoints are chosen on valid loss); test is reported
                   "splits": _take(section, "splits", ["valid", "test"], where, list)}
     if "test" not in evaluation["splits"]:
         raise ConfigError(f"{where}.splits: must include 'test' (the reported figure)")
     _no_leftovers(section, where)
+    return evaluation
+
+
+def _check_trainings(teacher_training: Training, student_training: Training,
+                     teachers: tuple[TeacherSpec, ...]) -> None:
     for training, where in [(teacher_training, "[teachers.training]"), (student_training, "[students.training]"),
                             *[(t.training, f"[[teachers.models]] {t.name}") for t in teachers]]:
         if training.patience and not training.bleu_every:
@@ -350,39 +348,43 @@ def _build(raw: dict, path: Path) -> StudyConfig:
             raise ConfigError(f"{where}: glance_anneal_updates is for glancing students: move it to "
                               "[students.training]")
 
-    section, where = dict(raw.pop("analysis", {})), "[analysis]"
-    analysis = {key: _take(section, key, default, where, type(default) if key != "interpolation" else (int, float))
+
+def _analysis(section: dict) -> dict:
+    section, where = dict(section), "[analysis]"
+    analysis = {key: _take(section, key, default, where, type(default) if key != "interpolation" else float)
                 for key, default in ANALYSIS_DEFAULTS.items()}
     if not 0 < analysis["interpolation"] < 1:
         raise ConfigError(f"{where}.interpolation = {analysis['interpolation']}: must be in (0, 1)")
     _no_leftovers(section, where)
+    return analysis
 
-    born = dict(raw.pop("born_again", {}))
-    where = "[born_again]"
-    rounds = _take(born, "rounds", 0, where, int)
-    born_student = _take(born, "student", families[0], where, str)
-    if born_student not in families:
-        raise ConfigError(f"{where}.student: '{born_student}' is not one of [students].families")
-    born_shape = _dataclass(ModelShape, born.pop("model", {}), "[born_again.model]") if rounds else student_shape
-    _no_leftovers(born, where)
 
-    corpus = _corpus(raw.pop("corpus", None))
-    modes = raw.pop("modes", None)
-    if corpus is not None:
-        modes = None  # the multi-modality experiment needs Multi30k's four languages
-    if modes is not None:
-        section, where = dict(modes), "[modes]"
-        modes = {"train_limit": _take(section, "train_limit", 0, where, int) or None,
-                 "vocab_size": _take(section, "vocab_size", vocab_size, where, int),
-                 "at": _dataclass(ModelShape, section.pop("at_model", {}), "[modes.at_model]"),
-                 "nat": _dataclass(ModelShape, section.pop("nat_model", {}), "[modes.nat_model]"),
-                 "training": _dataclass(Training, section.pop("training", {}), "[modes.training]")}
-        _no_leftovers(section, where)
-    _no_leftovers(raw, "top level")
-    return StudyConfig(name, src, tgt, vocab_size, train_limit, jobs, teachers, teacher_training, distilled,
-                       decoding, max_tokens, families, student_shape, student_training, evaluation, analysis, rounds,
-                       born_student, born_shape, modes, path, corpus, mixes, seeds, seed_sets, speed,
-                       training_speed)
+def _born_again(section: dict, families: tuple[str, ...], student_shape) -> dict:
+    from fairseq_plugins.models.sizes import ModelSize
+
+    section, where = dict(section), "[born_again]"
+    rounds = _take(section, "rounds", 0, where, int)
+    student = _take(section, "student", families[0], where, str)
+    if student not in families:
+        raise ConfigError(f"{where}.student: '{student}' is not one of [students].families")
+    shape = _dataclass(ModelSize, section.pop("model", {}), "[born_again.model]") if rounds else student_shape
+    _no_leftovers(section, where)
+    return {"born_again_rounds": rounds, "born_again_student": student, "born_again_shape": shape}
+
+
+def _modes(section: dict | None, vocab_size: int) -> dict | None:
+    from fairseq_plugins.models.sizes import ModelSize
+
+    if section is None:
+        return None
+    section, where = dict(section), "[modes]"
+    modes = {"train_limit": _take(section, "train_limit", 0, where, int) or None,
+             "vocab_size": _take(section, "vocab_size", vocab_size, where, int),
+             "at": _dataclass(ModelSize, section.pop("at_model", {}), "[modes.at_model]"),
+             "nat": _dataclass(ModelSize, section.pop("nat_model", {}), "[modes.nat_model]"),
+             "training": _dataclass(Training, section.pop("training", {}), "[modes.training]")}
+    _no_leftovers(section, where)
+    return modes
 
 
 def _mixes(entries: list, distilled: set[str]) -> tuple[MixSpec, ...]:

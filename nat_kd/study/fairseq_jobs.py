@@ -27,7 +27,9 @@ from nat_kd import atomic
 from nat_kd.artifacts import DistilledSet
 from nat_kd.tokenization import TokenizationSettings
 
-from .config import ModelShape, Training
+from fairseq_plugins.models.sizes import ModelSize
+
+from .config import Training
 
 ROOT = Path(__file__).resolve().parents[2]
 _MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distilled")
@@ -111,7 +113,7 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
                            + "\n    ".join(tail))
 
 
-def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | None, training: Training,
+def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, training: Training,
                nat_family: str | None, seed: int = 1, gpus: int = 0, fp16: bool = False, save_updates: int = 0,
                log_interval: int = 50) -> list:
     """fairseq-train's arguments for an AT teacher (``nat_family`` None) or a NAT student of the study;
@@ -217,7 +219,7 @@ def resumed_from(save_dir: Path) -> list[int]:
     return json.loads(path.read_text(encoding="utf-8")).get("resumed_from", []) if path.is_file() else []
 
 
-def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | None, training: Training, log: Path,
+def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, training: Training, log: Path,
           threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0, fp16: bool = False,
           save_updates: int = 0) -> Path:
     """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
@@ -243,7 +245,7 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape | None,
 _UPS = re.compile(r"\btrain_inner\b.*?\bups=([0-9.]+)")
 
 
-def training_speed(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelShape, training: Training,
+def training_speed(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize, training: Training,
                    nat_family: str, updates: int, interval: int, log: Path) -> float:
     """fairseq-train from scratch for ``updates`` updates on one thread, nothing saved or validated: the median
     of the updates/s it reports every ``interval`` updates, its first report (start-up) left out."""

@@ -14,7 +14,9 @@ from nat_kd.errors import SettingsError
 from nat_kd.corpus import iter_lines, read_lines
 
 from . import fairseq_jobs as jobs
-from .config import ConfigError, ModelShape, StudyConfig, Training
+from fairseq_plugins.models.sizes import ModelSize
+
+from .config import ConfigError, StudyConfig, Training
 from .steps import Step, StepContext
 
 TEACHER_ARCH = "kd_transformer_tiny"  # sizes come from the config's shapes, on the command line
@@ -52,27 +54,27 @@ STUDIES_SHAPE = "2x128"  # every committed study's students: what the pilots' ag
 ARCH_SHAPE = "arch"  # a --shape that keeps the architecture's own sizes
 
 
-def student_shape(label: str) -> ModelShape | None:
-    """--shape LAYERSxWIDTH (ModelShape.parse), or ARCH_SHAPE: None, the architecture's own sizes."""
+def student_shape(label: str) -> ModelSize | None:
+    """--shape LAYERSxWIDTH (ModelSize.parse), or ARCH_SHAPE: None, the architecture's own sizes."""
     if label == ARCH_SHAPE:
         return None
     try:
-        return ModelShape.parse(label)
+        return ModelSize.parse(label)
     except ValueError as err:
         raise SettingsError(f"--shape {err}; or '{ARCH_SHAPE}' for the architecture's own sizes") from None
 
 
-def shape_label(arch: str, shape: dict | ModelShape | None) -> str:
+def shape_label(arch: str, shape: dict | ModelSize | None) -> str:
     """LAYERSxWIDTH of a student: its shape's, else its architecture's own size's (kd_glat_tiny: 3x256)."""
     from fairseq_plugins.models.sizes import SIZES
 
     if shape is None:
         size = SIZES[arch.rsplit("_", 1)[1]]
         return f"{size.layers}x{size.embed_dim}"
-    return (ModelShape(**shape) if isinstance(shape, dict) else shape).label
+    return (ModelSize(**shape) if isinstance(shape, dict) else shape).label
 
 
-def count_parameters(arch: str, shape: ModelShape | None, vocab_size: int) -> int:
+def count_parameters(arch: str, shape: ModelSize | None, vocab_size: int) -> int:
     """``shape`` None: the architecture's own sizes."""
     from fairseq_plugins.counting import build_model
 
@@ -120,7 +122,7 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
     otherwise it is fairseq's best on validation loss. ``shape`` None: the architecture's own sizes."""
     prepared = PreparedCorpus(ctx.results[prepare]["dir"])
     bin_dir = (DistilledSet(ctx.results[data]["dir"]).bin if data else prepared.bin).root
-    shape_, training_ = ModelShape(**shape) if shape else None, Training(**training)
+    shape_, training_ = ModelSize(**shape) if shape else None, Training(**training)
     save_dir = ctx.work / "checkpoints"
 
     def train(budget: Training) -> Path:
@@ -254,7 +256,7 @@ def training_speed_step(ctx: StepContext, *, prepare: str, data: str | None, fam
     runs = []
     for round_ in range(1, repeats + 1):
         for family in _turns(families, round_):
-            ups = jobs.training_speed(bin_dir, ctx.work / family, arch=student_arch(family), shape=ModelShape(**shape),
+            ups = jobs.training_speed(bin_dir, ctx.work / family, arch=student_arch(family), shape=ModelSize(**shape),
                                       training=Training(**training), nat_family=family, updates=updates,
                                       interval=TRAINING_SPEED_INTERVAL, log=ctx.log)
             runs.append({"family": family, "round": round_, "updates_per_second": ups})
