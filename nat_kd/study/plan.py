@@ -335,120 +335,157 @@ def settings_as_read(kind: str, settings: dict) -> dict:
 
 
 def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None) -> list[Step]:
-    steps: list[Step] = []
-    evaluation = dict(cfg.evaluation)
+    """The study's steps in plan order (a resumed run takes up the steps it had begun in this order): the
+    corpus, the teachers with their distilled sets, the mixes, the analysis, the students, Born-Again rounds,
+    the speed tables and the multi-modality experiment."""
+    plan = _Planner(cfg, results_dir, data_dir)
+    plan.prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit, cfg.corpus)
+    plan.teachers_and_sets()
+    plan.mixes_and_analysis()
+    plan.students()
+    plan.born_again()
+    plan.speed()
+    plan.modes()
+    return plan.steps
 
-    def add(step_name, kind, fn, deps=(), where: dict | None = None, budget=(), in_driver=False, **settings):
+
+class _Planner:
+    """build_plan's steps, added section by section."""
+
+    def __init__(self, cfg: StudyConfig, results_dir: Path, data_dir: str | None):
+        self.cfg, self.results_dir, self.data_dir = cfg, results_dir, data_dir
+        self.steps: list[Step] = []
+        self.evaluation = dict(cfg.evaluation)
+        self.set_steps = [f"distil.{d.name}" for d in cfg.distilled] + [f"mix.{m.name}" for m in cfg.mixes]
+        self.data_step = dict(zip(cfg.data_labels(), [None, *self.set_steps]))  # a set's label -> its step
+
+    def add(self, step_name, kind, fn, deps=(), where: dict | None = None, budget=(), in_driver=False, **settings):
         """``settings`` make the step's fingerprint; ``where`` (folders) only tells it where to read or
         write, so moving the corpus or the study folder redoes nothing; ``budget``, ``in_driver``: Step's."""
-        steps.append(Step(step_name, kind, settings, partial(fn, **settings, **(where or {})), list(deps), budget,
-                          in_driver))
+        self.steps.append(Step(step_name, kind, settings, partial(fn, **settings, **(where or {})), list(deps), budget,
+                               in_driver))
 
-    def add_prepare(step_name, tgt, vocab_size, train_limit, own=None):
+    def prepare(self, step_name, tgt, vocab_size, train_limit, own=None):
         from nat_kd.corpus import data_dir as raw_dir
         from nat_kd.prepare import PrepareConfig, fingerprint
 
+        src = self.cfg.src
+        settings = dict(src=src, tgt=tgt, vocab_size=vocab_size, train_limit=train_limit)
         # the raw files' content is an input: a changed corpus file redoes the step and all that follows
         if own is None:
-            corpus = fingerprint(raw_dir(data_dir), PrepareConfig(cfg.src, tgt, vocab_size, train_limit=train_limit))[0]
-            add(step_name, "prepare", prepare_step, where={"data_dir": data_dir}, src=cfg.src, tgt=tgt,
-                vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
+            corpus = fingerprint(raw_dir(self.data_dir), PrepareConfig(src, tgt, vocab_size, train_limit=train_limit))
+            self.add(step_name, "prepare", prepare_step, where={"data_dir": self.data_dir}, **settings,
+                     corpus=corpus[0])
         elif "prepared" in own:  # a finished corpus: its manifest's fingerprint says what it holds
             corpus = PreparedCorpus(own["prepared"]).manifest() or {}
             if "fingerprint" not in corpus:
                 raise ConfigError(f"{own['prepared']}: no manifest.json; [corpus] prepared = DIR names a "
-                                        "nat_kd.prepare output folder")
-            add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, in_driver=True,
-                src=cfg.src, tgt=tgt, vocab_size=vocab_size, train_limit=train_limit, corpus=corpus["fingerprint"])
+                                  "nat_kd.prepare output folder")
+            self.add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, in_driver=True,
+                     **settings, corpus=corpus["fingerprint"])
         else:
-            corpus = fingerprint(None, PrepareConfig(cfg.src, tgt, vocab_size, train_limit=train_limit, **own))[0]
-            add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, src=cfg.src, tgt=tgt,
-                vocab_size=vocab_size, train_limit=train_limit, corpus=corpus)
+            corpus = fingerprint(None, PrepareConfig(src, tgt, vocab_size, train_limit=train_limit, **own))
+            self.add(step_name, "prepare", prepare_step, where={"data_dir": None, "own": own}, **settings,
+                     corpus=corpus[0])
 
-    def train(name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=cfg.tgt, seed=1):
-        training = training_settings(training, nat_family)
+    def train(self, name, *, data, arch, shape, training, nat_family=None, prepare="prepare", tgt=None, seed=1):
         # more updates later continue the training (its learning rate and glancing schedule do not depend on
         # the budget), its curve's earlier points kept
-        add(name, "train", train_step, [prepare] + ([data] if data else []), budget=("updates",), prepare=prepare,
-            data=data, arch=arch, shape=asdict(shape), training=training, nat_family=nat_family,
-            evaluation=evaluation, tgt=tgt, **({"seed": seed} if seed != 1 else {}))
+        self.add(name, "train", train_step, [prepare] + ([data] if data else []), budget=("updates",),
+                 prepare=prepare, data=data, arch=arch, shape=asdict(shape),
+                 training=training_settings(training, nat_family), nat_family=nat_family,
+                 evaluation=self.evaluation, tgt=tgt or self.cfg.tgt, **({"seed": seed} if seed != 1 else {}))
 
-    add_prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit, cfg.corpus)
+    def student(self, family: str, label: str, seed: int = 1):
+        cfg = self.cfg
+        self.train(student_step(family, label, seed), data=self.data_step[label], arch=student_arch(family),
+                   shape=cfg.student_shape, training=cfg.student_training, nat_family=family, seed=seed)
 
-    # 1. teachers, each followed by its distilled training sets (with one step at a time, a teacher's data is
-    #    made before the next teacher trains); then the analysis of the sets
-    for teacher in cfg.teachers:
-        train(f"teacher.{teacher.name}", data=None, arch=TEACHER_ARCH, shape=teacher.shape,
-              training=teacher.training)
-        for d in [d for d in cfg.distilled if d.teacher == teacher.name]:
-            add(f"distil.{d.name}", "distil", distil_step, ["prepare", f"teacher.{d.teacher}"], prepare="prepare",
-                teacher=f"teacher.{d.teacher}", strategy=d.strategy, decoding=cfg.decoding,
-                max_tokens=cfg.distill_max_tokens, name=d.name, tgt=cfg.tgt)
-    # 2. mixes of the distilled sets with the real data (nat_kd.mix)
-    for m in cfg.mixes:
-        add(f"mix.{m.name}", "mix", mix_step, ["prepare", f"distil.{m.of}"], prepare="prepare", of=f"distil.{m.of}",
-            rule=m.rule, name=m.name, tgt=cfg.tgt)
-    set_steps = [f"distil.{d.name}" for d in cfg.distilled] + [f"mix.{m.name}" for m in cfg.mixes]
-    data_step = dict(zip(cfg.data_labels(), [None, *set_steps]))
-    # the detailed measures are settings only when asked for, so the other profiles' analysis stays as it was
-    details = {"details": cfg.analysis} if cfg.analysis["detailed"] else {}
-    add("analysis", "analysis", analysis_step, ["prepare", *set_steps], where={"out": str(results_dir / "analysis")},
-        prepare="prepare", sets=set_steps, src=cfg.src, tgt=cfg.tgt, **details)
-    # 3. NAT students on the real data and on every training set; more seeds on some sets
-    for family in cfg.student_families:
-        for label, data in data_step.items():
-            train(student_step(family, label), data=data, arch=student_arch(family), shape=cfg.student_shape,
-                  training=cfg.student_training, nat_family=family)
-    for seed in cfg.student_seeds:
-        for family, labels in cfg.seed_sets.items():
-            for label in labels:
-                train(student_step(family, label, seed), data=data_step[label], arch=student_arch(family),
-                      shape=cfg.student_shape, training=cfg.student_training, nat_family=family, seed=seed)
-    # 4. Born-Again: a student-sized AT learns from its own outputs, round after round
-    previous = None
-    for r in range(1, cfg.born_again_rounds + 1):
-        train(f"born_again.{r}.at", data=previous, arch=TEACHER_ARCH, shape=cfg.born_again_shape,
-              training=cfg.teacher_training)
-        add(f"born_again.{r}.distil", "distil", distil_step, ["prepare", f"born_again.{r}.at"], prepare="prepare",
-            teacher=f"born_again.{r}.at", strategy="beam", decoding=cfg.decoding,
-            max_tokens=cfg.distill_max_tokens, name=f"born-again {r}", tgt=cfg.tgt)
-        previous = f"born_again.{r}.distil"
-        train(f"born_again.{r}.student", data=previous, arch=student_arch(cfg.born_again_student),
-              shape=cfg.student_shape, training=cfg.student_training, nat_family=cfg.born_again_student)
-    # speed against quality: the teacher's decodes and NAT students, test set, one thread
-    if cfg.speed:
-        sp = cfg.speed
-        systems = {f"teacher {sp.teacher} {s}": {"step": f"teacher.{sp.teacher}",
-                                                 "beam": evaluation["beam"] if s == "beam" else 1}
-                   for s in sp.teacher_strategies}
-        for family in sp.students:
-            step = student_step(family, sp.data)
-            if family not in cfg.student_families:  # a family trained for the speed table alone
-                train(step, data=data_step[sp.data], arch=student_arch(family), shape=cfg.student_shape,
-                      training=cfg.student_training, nat_family=family)
-            systems[f"{family} on {sp.data}"] = {"step": step, "nat_family": family}
-        add("speed", "speed", speed_step, ["prepare", *{s["step"] for s in systems.values()}], prepare="prepare",
-            systems=systems, batchings=list(sp.batchings), repeats=sp.repeats, evaluation=evaluation, tgt=cfg.tgt)
-    if cfg.training_speed:
-        ts = cfg.training_speed
-        data = data_step[ts.data]
-        add("training_speed", "speed", training_speed_step, ["prepare"] + ([data] if data else []),
-            prepare="prepare", data=data, families=list(ts.families), shape=asdict(cfg.student_shape),
-            training=asdict(cfg.student_training), updates=ts.updates, repeats=ts.repeats)
-    # 5. multi-modality: untagged en -> {de, fr, cs}
-    if cfg.modes:
-        m = cfg.modes
-        add_prepare("modes.prepare", "mix", m["vocab_size"], m["train_limit"])
+    def distil(self, step_name, teacher, strategy, name, prepare="prepare", tgt=None):
+        cfg = self.cfg
+        self.add(step_name, "distil", distil_step, [prepare, teacher], prepare=prepare, teacher=teacher,
+                 strategy=strategy, decoding=cfg.decoding, max_tokens=cfg.distill_max_tokens, name=name,
+                 tgt=tgt or cfg.tgt)
+
+    def teachers_and_sets(self):
+        """Each teacher, followed by its distilled sets (with one step at a time, a teacher's data is made
+        before the next teacher trains)."""
+        for teacher in self.cfg.teachers:
+            self.train(f"teacher.{teacher.name}", data=None, arch=TEACHER_ARCH, shape=teacher.shape,
+                       training=teacher.training)
+            for d in [d for d in self.cfg.distilled if d.teacher == teacher.name]:
+                self.distil(f"distil.{d.name}", f"teacher.{d.teacher}", d.strategy, d.name)
+
+    def mixes_and_analysis(self):
+        """The mixes of the distilled sets with the real data (nat_kd.mix), then the analysis of every set."""
+        cfg = self.cfg
+        for m in cfg.mixes:
+            self.add(f"mix.{m.name}", "mix", mix_step, ["prepare", f"distil.{m.of}"], prepare="prepare",
+                     of=f"distil.{m.of}", rule=m.rule, name=m.name, tgt=cfg.tgt)
+        # the detailed measures are settings only when asked for, so the other profiles' analysis stays as it was
+        details = {"details": cfg.analysis} if cfg.analysis["detailed"] else {}
+        self.add("analysis", "analysis", analysis_step, ["prepare", *self.set_steps],
+                 where={"out": str(self.results_dir / "analysis")}, prepare="prepare", sets=self.set_steps,
+                 src=cfg.src, tgt=cfg.tgt, **details)
+
+    def students(self):
+        """The NAT students on the real data and on every training set; more seeds on some sets."""
+        for family in self.cfg.student_families:
+            for label in self.data_step:
+                self.student(family, label)
+        for seed in self.cfg.student_seeds:
+            for family, labels in self.cfg.seed_sets.items():
+                for label in labels:
+                    self.student(family, label, seed)
+
+    def born_again(self):
+        """A student-sized AT learns from its own outputs, round after round."""
+        cfg, previous = self.cfg, None
+        for r in range(1, cfg.born_again_rounds + 1):
+            self.train(f"born_again.{r}.at", data=previous, arch=TEACHER_ARCH, shape=cfg.born_again_shape,
+                       training=cfg.teacher_training)
+            self.distil(f"born_again.{r}.distil", f"born_again.{r}.at", "beam", f"born-again {r}")
+            previous = f"born_again.{r}.distil"
+            self.train(f"born_again.{r}.student", data=previous, arch=student_arch(cfg.born_again_student),
+                       shape=cfg.student_shape, training=cfg.student_training, nat_family=cfg.born_again_student)
+
+    def speed(self):
+        """Speed against quality: the teacher's decodes and NAT students on the test set, one thread; and
+        fairseq-train's speed of each family."""
+        cfg = self.cfg
+        if cfg.speed:
+            sp = cfg.speed
+            systems = {f"teacher {sp.teacher} {s}": {"step": f"teacher.{sp.teacher}",
+                                                     "beam": self.evaluation["beam"] if s == "beam" else 1}
+                       for s in sp.teacher_strategies}
+            for family in sp.students:
+                if family not in cfg.student_families:  # a family trained for the speed table alone
+                    self.student(family, sp.data)
+                systems[f"{family} on {sp.data}"] = {"step": student_step(family, sp.data), "nat_family": family}
+            self.add("speed", "speed", speed_step, ["prepare", *dict.fromkeys(s["step"] for s in systems.values())],
+                     prepare="prepare", systems=systems, batchings=list(sp.batchings), repeats=sp.repeats,
+                     evaluation=self.evaluation, tgt=cfg.tgt)
+        if cfg.training_speed:
+            ts = cfg.training_speed
+            data = self.data_step[ts.data]
+            self.add("training_speed", "speed", training_speed_step, ["prepare"] + ([data] if data else []),
+                     prepare="prepare", data=data, families=list(ts.families), shape=asdict(cfg.student_shape),
+                     training=asdict(cfg.student_training), updates=ts.updates, repeats=ts.repeats)
+
+    def modes(self):
+        """Multi-modality: an AT and a NAT on the untagged en -> {de, fr, cs} corpus, the AT's distilled set, the
+        NAT on it, and the language mix of their outputs."""
+        cfg, m = self.cfg, self.cfg.modes
+        if not m:
+            return
+        self.prepare("modes.prepare", "mix", m["vocab_size"], m["train_limit"])
         mix = dict(prepare="modes.prepare", tgt="mix")
-        train("modes.at", data=None, arch=TEACHER_ARCH, shape=m["at"], training=m["training"], **mix)
-        train("modes.nat.real", data=None, arch=student_arch("nat"), shape=m["nat"], training=m["training"],
-              nat_family="nat", **mix)
-        add("modes.distil", "distil", distil_step, ["modes.prepare", "modes.at"], prepare="modes.prepare",
-            teacher="modes.at", strategy="beam", decoding=cfg.decoding, max_tokens=cfg.distill_max_tokens,
-            name="mix.beam", tgt="mix")
-        train("modes.nat.distilled", data="modes.distil", arch=student_arch("nat"), shape=m["nat"],
-              training=m["training"], nat_family="nat", **mix)
+        self.train("modes.at", data=None, arch=TEACHER_ARCH, shape=m["at"], training=m["training"], **mix)
+        self.train("modes.nat.real", data=None, arch=student_arch("nat"), shape=m["nat"], training=m["training"],
+                   nat_family="nat", **mix)
+        self.distil("modes.distil", "modes.at", "beam", "mix.beam", **mix)
+        self.train("modes.nat.distilled", data="modes.distil", arch=student_arch("nat"), shape=m["nat"],
+                   training=m["training"], nat_family="nat", **mix)
         systems = {"AT": "modes.at", "NAT (real data)": "modes.nat.real", "NAT (distilled data)": "modes.nat.distilled"}
-        add("modes.analysis", "modes", modes_step, ["modes.prepare", "modes.distil", *systems.values()],
-            prepare="modes.prepare", systems=systems, distilled="modes.distil", src=cfg.src)
-    return steps
+        self.add("modes.analysis", "modes", modes_step, ["modes.prepare", "modes.distil", *systems.values()],
+                 prepare="modes.prepare", systems=systems, distilled="modes.distil", src=cfg.src)
