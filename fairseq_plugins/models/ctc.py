@@ -87,6 +87,25 @@ def ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, blank:
     return aligned, best_score
 
 
+def ctc_fit(log_probs, input_lengths, targets, target_lengths, blank: int):
+    """How well each target fits a pass's output: its CTC loss per target token ([B]), inf where no alignment
+    fits it (ctc_nll's 0 for those would make them look the best)."""
+    nll = F.ctc_loss(log_probs.transpose(0, 1), targets, input_lengths, target_lengths, blank=blank,
+                     reduction="none", zero_infinity=False)
+    return nll / target_lengths.clamp(min=1)
+
+
+def select_references(framed: list[tuple], chosen, pad: int):
+    """Row b of the ``chosen[b]``-th of the (targets [B, T_k], lengths [B]) pairs: one target a sentence, padded
+    to the longest chosen."""
+    width = max(targets.size(1) for targets, _ in framed)
+    stacked = torch.stack([F.pad(targets, (0, width - targets.size(1)), value=pad) for targets, _ in framed], 1)
+    lengths = torch.stack([lengths for _, lengths in framed], 1)
+    rows = torch.arange(stacked.size(0), device=stacked.device)
+    targets, target_lengths = stacked[rows, chosen], lengths[rows, chosen]
+    return targets[:, :max(int(target_lengths.max()), 1)], target_lengths
+
+
 class CTCDecoder(GlancingDecoder):
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False):
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
@@ -110,31 +129,76 @@ class CTCNATModel(UpsampledStudent, Glancing, NATransformerModel):
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
-        inputs = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
-        input_lengths = inputs.ne(self.pad).sum(1)
-        # the reference without its <s> ... </s> frame
-        targets = tgt_tokens[:, 1:].masked_fill(tgt_tokens[:, 1:].eq(self.eos), self.pad)
-        target_lengths = targets.ne(self.pad).sum(1)
+        inputs, input_lengths = self._inputs(src_tokens)
+        targets, target_lengths = self._targets(tgt_tokens)
+        nll = self._trained_nll(encoder_out, inputs, input_lengths, targets, target_lengths)
+        # per reference token (as nat_loss averages its token losses), then per sentence: torch's "mean"
+        return {"ctc": {"loss": (nll / target_lengths.clamp(min=1)).mean(), "factor": 1.0}}
 
-        glanced, aligned = self.glance(inputs, input_lengths, targets, target_lengths, encoder_out)
+    def forward_references(self, src_tokens, src_lengths, references, selection: str):
+        """The loss over several references per sentence (``references`` [B, K, T], each framed <s> ... </s>,
+        all padding where a line has fewer): with ``selection`` "min", each sentence is trained on the
+        reference its first pass fits best (lowest CTC loss per token: DDRS's selection; a reference no
+        alignment fits is never chosen), glancing at that reference; with "mean", on every reference, each with
+        its own glancing, the losses averaged. Without glancing, "min" is the per-sentence minimum of the
+        single-reference losses, each as ``forward`` computes it."""
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        inputs, input_lengths = self._inputs(src_tokens)
+        framed = [self._targets(references[:, k]) for k in range(references.size(1))]
+        present = torch.stack([lengths > 0 for _, lengths in framed], 1)  # [B, K]
+        if selection == "mean":
+            per_token = torch.stack([self._trained_nll(encoder_out, inputs, input_lengths, targets, lengths)
+                                     / lengths.clamp(min=1) for targets, lengths in framed], 1)
+            loss = (per_token * present).sum(1) / present.sum(1).clamp(min=1)
+            return {"ctc": {"loss": loss.mean(), "factor": 1.0}}
+        if selection != "min":
+            raise ValueError(f"reference selection {selection!r}: 'min' or 'mean'")
+        glancing = self.current_glance_ratio() > 0
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not glancing):
+            # without glancing this pass is the trained one: the loss is the best-fitting reference's
+            log_probs = F.log_softmax(self.decoder(normalize=False, prev_output_tokens=inputs,
+                                                   encoder_out=encoder_out).float(), -1)
+        with torch.no_grad():  # a reference no alignment fits is never the best (ctc_nll's 0 for it would be)
+            fits = torch.stack([ctc_fit(log_probs, input_lengths, targets, lengths, self.bos)
+                                for targets, lengths in framed], 1).masked_fill(~present, float("inf"))
+        chosen = fits.argmin(1)
+        if not glancing:
+            nll = torch.stack([ctc_nll(log_probs, input_lengths, targets, lengths, self.bos) / lengths.clamp(min=1)
+                               for targets, lengths in framed], 1)
+            return {"ctc": {"loss": nll.gather(1, chosen.unsqueeze(1)).mean(), "factor": 1.0}}
+        targets, target_lengths = select_references(framed, chosen, self.pad)
+        nll = self._trained_nll(encoder_out, inputs, input_lengths, targets, target_lengths, log_probs)
+        return {"ctc": {"loss": (nll / target_lengths.clamp(min=1)).mean(), "factor": 1.0}}
+
+    def _inputs(self, src_tokens):
+        inputs = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
+        return inputs, inputs.ne(self.pad).sum(1)
+
+    def _targets(self, tgt_tokens):
+        """The reference without its <s> ... </s> frame, and its lengths."""
+        targets = tgt_tokens[:, 1:].masked_fill(tgt_tokens[:, 1:].eq(self.eos), self.pad)
+        return targets, targets.ne(self.pad).sum(1)
+
+    def _trained_nll(self, encoder_out, inputs, input_lengths, targets, target_lengths, first_pass=None):
+        """The trained pass's per-sentence CTC loss of ``targets``, glancing at them (``first_pass``: the
+        untrained-on pass's log-probabilities, when the caller has them already)."""
+        glanced, aligned = self.glance(inputs, input_lengths, targets, target_lengths, encoder_out, first_pass)
         if glanced is not None:
             inputs = torch.where(glanced, aligned, inputs)
         logits = self.decoder(normalize=False, prev_output_tokens=inputs, encoder_out=encoder_out)
-        nll = ctc_nll(F.log_softmax(logits.float(), -1), input_lengths, targets, target_lengths, self.bos,
-                      glanced, aligned)
-        # per reference token (as nat_loss averages its token losses), then per sentence: torch's "mean"
-        loss = (nll / target_lengths.clamp(min=1)).mean()
-        return {"ctc": {"loss": loss, "factor": 1.0}}
+        return ctc_nll(F.log_softmax(logits.float(), -1), input_lengths, targets, target_lengths, self.bos,
+                       glanced, aligned)
 
-    def glance(self, inputs, input_lengths, targets, target_lengths, encoder_out):
+    def glance(self, inputs, input_lengths, targets, target_lengths, encoder_out, log_probs=None):
         """Positions revealed to the trained pass and the aligned labels revealed there (None, None outside
-        training)."""
+        training); ``log_probs``: the first pass's, if computed already."""
         ratio = self.current_glance_ratio()
         if ratio <= 0:
             return None, None
         with torch.no_grad():
-            log_probs = F.log_softmax(
-                self.decoder(normalize=False, prev_output_tokens=inputs, encoder_out=encoder_out).float(), -1)
+            if log_probs is None:
+                log_probs = F.log_softmax(
+                    self.decoder(normalize=False, prev_output_tokens=inputs, encoder_out=encoder_out).float(), -1)
             aligned, score = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, self.bos)
             candidates = inputs.ne(self.pad) & torch.isfinite(score).unsqueeze(1)
             hamming = (log_probs.argmax(-1).ne(aligned) & candidates).sum(1)

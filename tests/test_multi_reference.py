@@ -1,0 +1,162 @@
+"""Several references a sentence (DDRS, Shao et al., NAACL 2022): the CTC student's selecting and averaging
+losses against the single-reference losses computed one by one, glancing at the selected reference, and the
+task's batches."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fairseq_plugins.counting import build_model
+from fairseq_plugins.models.ctc import ctc_best_alignment, ctc_fit
+from fairseq_plugins.models.upsampling import upsampled_inputs
+
+MICRO = dict(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
+             encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
+             decoder_attention_heads=2, dropout=0.0, label_smoothing=0.0, glance_anneal_updates=200)
+SOURCE_LENGTHS = [8, 6, 4, 7]  # real tokens, </s> included: 2x upsampled, 16, 12, 8 and 14 positions
+
+
+def _batch(model, reference_lengths: list[list[int]], seed=0):
+    """Sources as translation_lev pads them (left, ending with </s>) and K references a sentence, each framed
+    <s> ... </s> and right-padded ([B, K, T]); a length 0 leaves that reference out (all padding)."""
+    g = torch.Generator().manual_seed(seed)
+    d = model.tgt_dict
+    width = max(SOURCE_LENGTHS)
+    src = torch.full((len(SOURCE_LENGTHS), width), d.pad())
+    for b, n in enumerate(SOURCE_LENGTHS):
+        src[b, width - n:] = torch.cat([torch.randint(d.nspecial, len(d), (n - 1,), generator=g),
+                                        torch.tensor([d.eos()])])
+    longest = max(max(row) for row in reference_lengths) + 2
+    references = torch.full((len(SOURCE_LENGTHS), len(reference_lengths[0]), longest), d.pad())
+    for b, row in enumerate(reference_lengths):
+        for k, n in enumerate(row):
+            if n:
+                words = torch.randint(d.nspecial, len(d), (n,), generator=g)
+                references[b, k, :n + 2] = torch.cat([torch.tensor([d.bos()]), words, torch.tensor([d.eos()])])
+    return src, torch.tensor(SOURCE_LENGTHS), references
+
+
+def _one_by_one(model, src, src_lengths, references) -> list[list[float | None]]:
+    """Each sentence's loss against each of its references alone, as single-reference training computes it."""
+    out = []
+    for b in range(src.size(0)):
+        row = []
+        for k in range(references.size(1)):
+            reference = references[b:b + 1, k]
+            if reference.ne(model.pad).sum() == 0:
+                row.append(None)
+                continue
+            row.append(model(src[b:b + 1], src_lengths[b:b + 1], None, reference)["ctc"]["loss"].item())
+        out.append(row)
+    return out
+
+
+# the third sentence's second reference is longer than its 8 positions can hold: no alignment fits it, and its
+# single-reference loss is 0 (zero_infinity); the fourth sentence has two references only
+LENGTHS = [[5, 7, 3], [4, 4, 6], [3, 12, 2], [6, 3, 0]]
+
+
+def test_the_selecting_loss_is_the_minimum_of_the_single_reference_losses():
+    torch.manual_seed(0)
+    model = build_model("kd_glat_ctc_tiny", 40, **MICRO).eval()  # no glancing: one pass, as single training
+    src, src_lengths, references = _batch(model, LENGTHS)
+    single = _one_by_one(model, src, src_lengths, references)
+    assert single[2][1] == 0.0  # the reference no alignment fits
+    fitting = [[v for k, v in enumerate(row) if v is not None and not (b == 2 and k == 1)]
+               for b, row in enumerate(single)]
+    expected = sum(min(row) for row in fitting) / len(fitting)
+    loss = model.forward_references(src, src_lengths, references, "min")["ctc"]["loss"]
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert min(single[2]) == 0.0 < min(fitting[2])  # the minimum with the unfit one would have been 0
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_the_averaging_loss_is_the_mean_of_the_single_reference_losses():
+    torch.manual_seed(0)
+    model = build_model("kd_glat_ctc_tiny", 40, **MICRO).eval()
+    src, src_lengths, references = _batch(model, LENGTHS)
+    single = _one_by_one(model, src, src_lengths, references)
+    expected = sum(sum(v for v in row if v is not None) / sum(v is not None for v in row) for row in single) / 4
+    loss = model.forward_references(src, src_lengths, references, "mean")["ctc"]["loss"]
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_glancing_samples_against_the_reference_the_first_pass_fits_best():
+    torch.manual_seed(0)
+    model = build_model("kd_glat_ctc_tiny", 40, **MICRO).train()
+    model.set_num_updates(0)  # glancing ratio 0.5
+    src, src_lengths, references = _batch(model, LENGTHS)
+    inputs = upsampled_inputs(src, model.args.upsample_factor, model.unk, model.pad)
+    input_lengths = inputs.ne(model.pad).sum(1)
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src_lengths=src_lengths)
+        log_probs = F.log_softmax(model.decoder(normalize=False, prev_output_tokens=inputs,
+                                                encoder_out=encoder_out).float(), -1)
+        fits = []
+        for k in range(references.size(1)):
+            targets = references[:, k, 1:].masked_fill(references[:, k, 1:].eq(model.eos), model.pad)
+            lengths = targets.ne(model.pad).sum(1)
+            fit = ctc_fit(log_probs, input_lengths, targets, lengths, model.bos)
+            fits.append(torch.where(lengths > 0, fit, torch.full_like(fit, float("inf"))))
+    chosen = torch.stack(fits, 1).argmin(1)
+    assert chosen[2] != 1 and chosen[3] != 2  # neither the unfit reference nor the missing one
+    seen = {}
+    glance = model.glance
+
+    def recording(inputs, input_lengths, targets, target_lengths, encoder_out, log_probs=None):
+        revealed, aligned = glance(inputs, input_lengths, targets, target_lengths, encoder_out, log_probs)
+        seen["targets"], seen["aligned"] = targets.clone(), aligned
+        return revealed, aligned
+
+    model.glance = recording
+    model.forward_references(src, src_lengths, references, "min")["ctc"]["loss"].backward()
+    for b in range(4):
+        reference = references[b, chosen[b], 1:]
+        reference = reference[reference.ne(model.eos) & reference.ne(model.pad)]
+        assert seen["targets"][b][:len(reference)].tolist() == reference.tolist()
+        assert seen["targets"][b][len(reference):].eq(model.pad).all()
+    # the labels revealed are the selected reference's best alignment under the first pass
+    expected, _ = ctc_best_alignment(log_probs, input_lengths, seen["targets"], seen["targets"].ne(model.pad).sum(1),
+                                     model.bos)
+    assert torch.equal(seen["aligned"], expected)
+
+
+def test_an_unknown_selection_is_refused():
+    model = build_model("kd_glat_ctc_tiny", 40, **MICRO).eval()
+    src, src_lengths, references = _batch(model, LENGTHS)
+    with pytest.raises(ValueError, match="'min' or 'mean'"):
+        model.forward_references(src, src_lengths, references, "max")
+
+
+def test_batches_carry_every_reference_in_the_batchs_own_order():
+    """translation_lev's collater sorts a batch by source length: each row's references follow its pair."""
+    from fairseq.data import Dictionary, LanguagePairDataset, PrependTokenDataset
+    from fairseq.data.list_dataset import ListDataset
+
+    from fairseq_plugins.tasks import MultiReferenceDataset
+
+    d = Dictionary()
+    for word in "abcdefgh":
+        d.add_symbol(word)
+
+    def line(*words):
+        return torch.tensor([d.index(w) for w in words] + [d.eos()])
+
+    sources = [line("a"), line("a", "b", "c"), line("a", "b")]
+    targets = [line("d"), line("e", "e"), line("f", "f", "f")]
+    second = [line("g"), line("h", "h", "h", "h"), line("g", "h")]
+    sizes = [len(s) for s in sources]
+    pairs = LanguagePairDataset(PrependTokenDataset(ListDataset(sources, sizes), d.bos()), sizes, d,
+                                PrependTokenDataset(ListDataset(targets, [len(t) for t in targets]), d.bos()),
+                                [len(t) + 1 for t in targets], d)
+    dataset = MultiReferenceDataset(pairs, [PrependTokenDataset(ListDataset(second, [len(s) for s in second]),
+                                                                d.bos())], d.pad())
+    batch = dataset.collater([dataset[i] for i in range(3)])
+    assert batch["id"].tolist() == [1, 2, 0]  # the longest source first
+    for b, i in enumerate(batch["id"].tolist()):
+        first = batch["references"][b, 0]
+        assert first[first.ne(d.pad())].tolist() == [d.bos(), *targets[i].tolist()]
+        other = batch["references"][b, 1]
+        assert other[other.ne(d.pad())].tolist() == [d.bos(), *second[i].tolist()]
+    with pytest.raises(ValueError, match="reference 2 has 2 lines, the pairs 3"):
+        MultiReferenceDataset(pairs, [ListDataset(second[:2], [2, 5])], d.pad())
