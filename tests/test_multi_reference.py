@@ -45,7 +45,8 @@ def _one_by_one(model, src, src_lengths, references) -> list[list[float | None]]
             if reference.ne(model.pad).sum() == 0:
                 row.append(None)
                 continue
-            row.append(model(src[b:b + 1], src_lengths[b:b + 1], None, reference)["ctc"]["loss"].item())
+            outputs = model(src[b:b + 1], src_lengths[b:b + 1], None, reference)
+            row.append(next(iter(outputs.values()))["loss"].item())
         out.append(row)
     return out
 
@@ -160,3 +161,51 @@ def test_batches_carry_every_reference_in_the_batchs_own_order():
         assert other[other.ne(d.pad())].tolist() == [d.bos(), *second[i].tolist()]
     with pytest.raises(ValueError, match="reference 2 has 2 lines, the pairs 3"):
         MultiReferenceDataset(pairs, [ListDataset(second[:2], [2, 5])], d.pad())
+
+
+DAT_MICRO = dict(MICRO, upsample_factor=2)
+
+
+def test_the_da_transformers_selecting_and_averaging_losses_against_its_single_reference_ones():
+    """The DAG loss is a sentence's: over references, the minimum (a reference longer than the graph never
+    chosen) and the mean of the fitting ones, as single-reference training computes each."""
+    torch.manual_seed(0)
+    model = build_model("kd_dat_tiny", 40, **DAT_MICRO).eval()
+    # the graph has 2 x the source's real tokens (16, 12, 8, 14) vertices; a framed reference needs n + 2
+    lengths = [[5, 7, 3], [4, 4, 6], [3, 12, 2], [6, 3, 0]]
+    src, src_lengths, references = _batch(model, lengths)
+    single = _one_by_one(model, src, src_lengths, references)
+    assert single[2][1] == 0.0  # longer than its graph: left out of the single loss, which is then 0
+    fitting = [[v for k, v in enumerate(row) if v is not None and not (b == 2 and k == 1)]
+               for b, row in enumerate(single)]
+    selecting = model.forward_references(src, src_lengths, references, "min")["dag"]["loss"]
+    assert selecting.item() == pytest.approx(sum(min(row) for row in fitting) / 4, rel=1e-5)
+    averaging = model.forward_references(src, src_lengths, references, "mean")["dag"]["loss"]
+    assert averaging.item() == pytest.approx(sum(sum(row) / len(row) for row in fitting) / 4, rel=1e-5)
+    selecting.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_the_da_transformer_glances_at_the_selected_reference_and_trains_on_it():
+    torch.manual_seed(0)
+    model = build_model("kd_dat_tiny", 40, **DAT_MICRO).train()
+    model.set_num_updates(0)
+    src, src_lengths, references = _batch(model, LENGTHS)
+    seen = []
+    trained = model._trained_nll
+
+    def recording(encoder_out, vertices, tgt_tokens, first=None):
+        seen.append(tgt_tokens.clone())
+        return trained(encoder_out, vertices, tgt_tokens, first)
+
+    model._trained_nll = recording
+    loss = model.forward_references(src, src_lengths, references, "min")["dag"]["loss"]
+    assert len(seen) == 1 and torch.isfinite(loss)
+    with torch.no_grad():
+        model.eval()
+        nll = [[v for v in row] for row in _one_by_one(model, src, src_lengths, references)]
+    for b, row in enumerate(nll):
+        candidates = {k: v for k, v in enumerate(row) if v is not None and not (b == 2 and k == 1)}
+        best = min(candidates, key=candidates.get)
+        reference = references[b, best]
+        assert seen[0][b][:int(reference.ne(model.pad).sum())].tolist() == reference[reference.ne(model.pad)].tolist()

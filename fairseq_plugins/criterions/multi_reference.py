@@ -4,7 +4,7 @@ On a batch with ``references`` (kd_translation_lev --references K) the model's `
 the loss: each sentence trained on the reference it fits best (``--reference-selection min``, DDRS: Shao et
 al., NAACL 2022), or on all of them averaged (``mean``). A batch without them (validation) is nat_loss's.
 Only families whose loss is computed per sentence from a whole reference take it (CTC, with or without
-glancing); the rest refuse it at their first batch.
+glancing, and the DA-Transformer); the rest refuse it at their first batch.
 """
 from dataclasses import dataclass, field
 
@@ -41,5 +41,5 @@ class MultiReferenceNatLoss(LabelSmoothedDualImitationCriterion):
             return super().forward(model, sample, reduce)
         if not hasattr(model, "forward_references"):
             raise TypeError(f"--criterion multi_reference_nat_loss: {type(model).__name__} takes one reference a "
-                            "sentence; train a CTC student (kd_ctc_*, kd_glat_ctc_*) on several")
+                            "sentence; train a CTC student (kd_ctc_*, kd_glat_ctc_*) or a DA-Transformer (kd_dat_*) on several")
         return super().forward(_References(model, sample["references"], self.reference_selection), sample, reduce)

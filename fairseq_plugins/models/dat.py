@@ -185,26 +185,68 @@ class DATransformerModel(UpsampledStudent, Glancing, FairseqNATModel):
     def forward(self, src_tokens, src_lengths, prev_output_tokens, tgt_tokens, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, **kwargs)
         vertices = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
+        per_token = self._trained_nll(encoder_out, vertices, tgt_tokens)
+        return {"dag": {"loss": _mean_of_fitting(per_token), "factor": 1.0}}
+
+    def forward_references(self, src_tokens, src_lengths, references, selection: str):
+        """The loss over several references per sentence (``references`` [B, K, T], each framed <s> ... </s>,
+        all padding where a line has fewer), as CTCNATModel.forward_references: "min" trains each sentence on
+        the reference its first pass gives the highest probability per token (one longer than the graph is
+        never chosen), glancing at it; "mean" on every fitting reference, averaged."""
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        vertices = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)
+        lengths = vertices.ne(self.pad).sum(1)
+        candidates = [references[:, k, :max(int(references[:, k].ne(self.pad).sum(1).max()), 1)]
+                      for k in range(references.size(1))]
+        fitting = torch.stack([(r.ne(self.pad).sum(1) <= lengths) & r.ne(self.pad).any(1) for r in candidates], 1)
+        if selection == "mean":
+            per_token = torch.stack([self._trained_nll(encoder_out, vertices, r) for r in candidates], 1)
+            per_token = per_token.masked_fill(~fitting, 0.0).sum(1) / fitting.sum(1).clamp(min=1)
+            return {"dag": {"loss": _mean_of_fitting(per_token.masked_fill(~fitting.any(1), float("inf"))),
+                            "factor": 1.0}}
+        if selection != "min":
+            raise ValueError(f"reference selection {selection!r}: 'min' or 'mean'")
+        glancing = self.current_glance_ratio() > 0
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not glancing):
+            first = self.decoder.forward_graph(encoder_out, vertices)  # the trained pass when not glancing
+        per_token = torch.stack([self._nll(first, r, lengths) for r in candidates], 1)
+        chosen = per_token.detach().masked_fill(~fitting, float("inf")).argmin(1)
+        if not glancing:
+            return {"dag": {"loss": _mean_of_fitting(per_token.gather(1, chosen.unsqueeze(1)).squeeze(1)
+                                                     .masked_fill(~fitting.any(1), float("inf"))), "factor": 1.0}}
+        width = max(r.size(1) for r in candidates)
+        stacked = torch.stack([F.pad(r, (0, width - r.size(1)), value=self.pad) for r in candidates], 1)
+        selected = stacked[torch.arange(stacked.size(0), device=stacked.device), chosen]
+        selected = selected[:, :int(selected.ne(self.pad).sum(1).max())]
+        first = tuple(t.detach() for t in first)
+        return {"dag": {"loss": _mean_of_fitting(self._trained_nll(encoder_out, vertices, selected, first)),
+                        "factor": 1.0}}
+
+    def _nll(self, graph, tgt_tokens, lengths):
+        """Per-token negative log-likelihood of each sentence's reference under ``graph`` (token log-probs,
+        links); inf where the reference is longer than the graph."""
+        token_log_probs, links = graph
+        target_lengths = tgt_tokens.ne(self.pad).sum(1)
+        log_likelihood = dag_log_likelihood(target_emissions(token_log_probs, tgt_tokens), links, target_lengths,
+                                            lengths)
+        per_token = -log_likelihood / target_lengths.clamp(min=1)
+        return per_token.masked_fill(target_lengths > lengths, float("inf"))
+
+    def _trained_nll(self, encoder_out, vertices, tgt_tokens, first=None):
+        """The trained pass's per-token loss of each sentence's reference (inf where it is longer than the
+        graph), glancing at it; ``first``: the untrained-on pass's graph, when the caller has it already."""
         lengths = vertices.ne(self.pad).sum(1)
         target_lengths = tgt_tokens.ne(self.pad).sum(1)
         ratio = self.current_glance_ratio()
         if ratio > 0:
             with torch.no_grad():
-                token_log_probs, links = self.decoder.forward_graph(encoder_out, vertices)
+                token_log_probs, links = first or self.decoder.forward_graph(encoder_out, vertices)
                 path = dag_best_path(target_emissions(token_log_probs, tgt_tokens), links, target_lengths, lengths)
                 vertices, revealed = glance_vertices(vertices, path, tgt_tokens, target_lengths,
                                                      token_log_probs.argmax(-1), ratio)
             self.log_glancing(ratio, revealed, tgt_tokens.ne(self.pad))
-        token_log_probs, links = self.decoder.forward_graph(encoder_out, vertices)
-        log_likelihood = dag_log_likelihood(target_emissions(token_log_probs, tgt_tokens), links, target_lengths,
-                                            lengths)
-        # per target token, then averaged over the sentences (as the paper); a reference longer than its
-        # graph has no path and is left out
-        fits = target_lengths <= lengths
-        per_token = -log_likelihood / target_lengths
-        loss = per_token[fits].sum() / fits.sum().clamp(min=1)
         # the whole reference is scored, glanced tokens included: the DAG loss does not split over tokens
-        return {"dag": {"loss": loss, "factor": 1.0}}
+        return self._nll(self.decoder.forward_graph(encoder_out, vertices), tgt_tokens, lengths)
 
     def forward_decoder(self, decoder_out, encoder_out, decoding_format=None, **kwargs):
         if decoder_out.step > 0:
@@ -219,6 +261,13 @@ class DATransformerModel(UpsampledStudent, Glancing, FairseqNATModel):
             history.append(tokens.clone())
         return decoder_out._replace(output_tokens=tokens, output_scores=scores.type_as(decoder_out.output_scores),
                                     attn=None, history=history)
+
+
+def _mean_of_fitting(per_token: torch.Tensor) -> torch.Tensor:
+    """The per-token losses averaged over the sentences (as the paper); a sentence whose reference is longer
+    than its graph (inf) has no path and is left out."""
+    fits = torch.isfinite(per_token)
+    return per_token[fits].sum() / fits.sum().clamp(min=1)
 
 
 def dat_base_architecture(args):
