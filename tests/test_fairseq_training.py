@@ -44,8 +44,14 @@ def test_edit_based_students_use_libnat():
 
     libnat, use_cuda = load_libnat()
     assert not use_cuda
-    in_tokens, out_tokens = [[5, 6, 7]], [[5, 8, 7]]
-    assert libnat.suggested_ed2_path(in_tokens, out_tokens, 1)  # an edit path exists
+    # per sentence: what to insert in each slot (before the first token, between tokens, after the last; [1],
+    # the placeholder passed, is nothing), then the deletion mask over the input, as worked out by hand: a
+    # substitution is a deletion and an insertion, tokens in common stay
+    cases = [([5, 6, 7], [5, 8, 7], [[1], [1], [8], [1], [0, 1, 0]]),
+             ([5, 7], [5, 8, 9, 7], [[1], [8, 9], [1], [0, 0]]),
+             ([5, 6, 9, 7], [5, 7], [[1], [1], [1], [1], [1], [0, 1, 1, 0]])]
+    for source, target, path in cases:
+        assert libnat.suggested_ed2_path([source], [target], 1) == [path]
 
 
 def test_checkpoint_resumes_and_loads_with_weights_only(tiny_en_de, tmp_path):

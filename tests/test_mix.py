@@ -129,6 +129,34 @@ def test_thresholds_are_or_ed_and_worst_first_reaches_a_target(distilled, tiny_e
     assert (np.diff(rest) >= 0).all()
 
 
+def test_the_complexity_search_replaces_the_fewest_worst_lines_that_reach_the_target(distilled, tiny_en_de,
+                                                                                      tmp_path):
+    """--target-complexity halfway between the set's C(d) and the real data's: the mix replaces k lines, worst
+    sentence BLEU first; C(d) with those k lines replaced reaches the target, with k - 1 it does not (both
+    measured here, line by line, without the search)."""
+    from nat_kd.mix import complexity_of, mix_targets
+
+    kd, refs, targets = distilled
+    sources = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()
+    names = ("valid.en", "valid.de")
+    start, end = complexity_of(sources, targets, names), complexity_of(sources, refs, names)
+    target = (start + end) / 2
+    rule = MixRule(target_complexity=target)
+    meta = mix(kd, tmp_path / "c", rule, prepared=str(tiny_en_de))
+    k = meta["mix"]["replaced"]
+    assert 0 < k < N
+    order = rule.order(SentenceScores.read(DistilledSet(kd).scores_file), np.zeros(N, dtype=bool))
+
+    def c_with(count):
+        replace = np.zeros(N, dtype=bool)
+        replace[order[:count]] = True
+        return complexity_of(sources, mix_targets(targets, refs, replace), names)
+
+    reached = (lambda c: c <= target) if start > end else (lambda c: c >= target)
+    assert reached(c_with(k)) and not reached(c_with(k - 1))
+    assert lines(tmp_path / "c" / "valid.de") == mix_targets(targets, refs, np.isin(np.arange(N), order[:k]))
+
+
 def test_real_targets_are_encoded_like_the_prepared_corpus_when_only_a_model_is_given(tiny_en_de):
     """Without a prepared corpus the references are encoded with --spm-model (or the set's recorded
     --bpe/--tokenizer): the very pieces nat_kd.prepare wrote for its bin/."""

@@ -32,8 +32,16 @@ def test_outputs_are_line_aligned_and_binarized(raw_dir, tmp_path):
     out = prepare(small(), raw_dir, tmp_path / "out")
     assert read_lines(out / "raw" / "train.de") == read_lines(raw_dir / "train.de.gz")
     assert len(read_lines(out / "spm" / "valid.en")) == LINES["val"]
-    for name in ("train.en-de.en.bin", "valid.en-de.de.idx", "test.en-de.en.bin", "dict.en.txt", "dict.de.txt"):
-        assert (out / "bin" / name).is_file()
+    # each split's binarized lines are its sentencepiece pieces, token for token, ending with </s>
+    from fairseq.data import Dictionary, data_utils
+
+    dictionary = Dictionary.load(str(out / "bin" / "dict.de.txt"))
+    for split, lang in (("train", "en"), ("valid", "de"), ("test", "en")):
+        pieces = read_lines(out / "spm" / f"{split}.{lang}")
+        binarized = data_utils.load_indexed_dataset(str(out / "bin" / f"{split}.en-de.{lang}"), dictionary)
+        assert len(binarized) == len(pieces)
+        assert [dictionary.string(binarized[i]) for i in range(len(pieces))] == pieces
+        assert all(binarized[i][-1] == dictionary.eos() for i in range(len(pieces)))
     # one joined dictionary: the source and target dictionaries are the same file content
     assert (out / "bin" / "dict.en.txt").read_text() == (out / "bin" / "dict.de.txt").read_text()
     manifest = json.loads((out / "manifest.json").read_text())
