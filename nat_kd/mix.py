@@ -179,14 +179,29 @@ def check_same_tokens(prepared: PreparedCorpus, distilled: DistilledSet, meta: d
                           "teacher was trained on, or --reference with --spm-model set to the teacher's model")
 
 
+def source_token_lines(distilled: DistilledSet, meta: dict) -> list:
+    """The source side's token ids as the teacher read them, one a line of the set's text: bin/'s, with an
+    empty line where the set left the line out of bin/ (an empty source), so that a set made from it leaves
+    the same lines out."""
+    from fairseq.data import Dictionary
+
+    from nat_kd.distill.source import load_binarized
+
+    split, src, tgt = meta["split"], meta["source_lang"], meta["target_lang"]
+    src_dict = Dictionary.load(str(distilled.bin.dictionary(src)))
+    left_out = set(meta.get("files", {}).get("binarized_left_out_lines", []))
+    rows = iter(load_binarized(distilled.bin.root, split, src, f"{src}-{tgt}", src_dict))
+    empty = src_dict.encode_line("", add_if_not_exist=False).long()
+    return [empty if line in left_out else next(rows) for line in range(1, meta["sentences"] + 1)]
+
+
 def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepared: str | None = None,
         reference: str | None = None, spm_model: str | None = None, name: str | None = None) -> dict:
     """Build the mixed set; returns its meta.json."""
     from nat_kd.distill.output import write_output
     from nat_kd.distill.pipeline import check_set_folder
     from nat_kd.distill.scores import scores as corpus_scores, statistics
-    from nat_kd.distill.source import load_binarized
-    from nat_kd.distill.student import StudentData
+    from nat_kd.distill.student_vocabulary import StudentData
 
     rule.validate()
     source_set, out = DistilledSet(distilled_dir), DistilledSet(out_dir)
@@ -231,15 +246,9 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
                                 real_pieces(prepared_corpus, reference, spm_model, split, tgt,
                                             meta.get("tokenization")), chosen)
 
-    from fairseq.data import Dictionary
-
-    src_dict = Dictionary.load(str(source_set.bin.dictionary(src)))
     # bin/ lacks the lines the generator left out (empty sources): they stay out, whichever target they take
     left_out = meta.get("files", {}).get("binarized_left_out_lines", [])
-    rows = iter(load_binarized(source_set.bin.root, split, src, f"{src}-{tgt}", src_dict))
-    empty = src_dict.encode_line("", add_if_not_exist=False).long()
-    left_out_set = set(left_out)
-    source_tokens = [empty if line in left_out_set else next(rows) for line in range(1, len(source_text) + 1)]
+    source_tokens = source_token_lines(source_set, meta)
     per_line = sacrebleu_statistics(target_text, real_text)
     logprob = np.where(chosen, np.nan, scores["logprob"]) if "logprob" in scores.columns else None
     line_scores = SentenceScorer().score(target_text, real_text, per_line, logprob).with_column("replaced", chosen)

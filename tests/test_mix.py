@@ -4,46 +4,14 @@ import json
 import numpy as np
 import pytest
 
-from nat_kd.analysis.metrics.sentence import SentenceScorer, SentenceScores
+from nat_kd.analysis.metrics.sentence import SentenceScores
 from nat_kd.artifacts import DistilledSet
-from nat_kd.distill.output import write_output
 from nat_kd.distill.source import load_binarized
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 from nat_kd.mix import MixRule, main, mix
 
-N = 1014  # Multi30k's valid split, whole: the real targets are the prepared corpus's
-
-
-def write_distilled(tiny_en_de, out, bin_left_out=(), empty_outputs=False):
-    """A distilled set written by the generator's own output code, with targets made by hand: every third line
-    a reference said twice (a repeated n-gram), the others the reference's first three words (or, as from a
-    teacher that ends every sentence at once, ``empty_outputs``)."""
-    from fairseq.data import Dictionary
-
-    refs = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()
-    sources = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()
-    assert len(refs) == N
-    targets = [f"{r} {r}" if i % 3 == 0 else " ".join(r.split()[:3]) for i, r in enumerate(refs)]
-    if empty_outputs:
-        targets = [""] * N
-    import sentencepiece
-
-    sp = sentencepiece.SentencePieceProcessor(model_file=str(tiny_en_de / "spm.model"))
-    src_dict = Dictionary.load(str(tiny_en_de / "bin" / "dict.en.txt"))
-    tokens = load_binarized(tiny_en_de / "bin", "valid", "en", "en-de", src_dict)
-    pieces = [" ".join(p) for p in sp.encode(targets, out_type=str)]
-    source_pieces = [" ".join(p) for p in sp.encode(sources, out_type=str)]
-    scores = SentenceScorer().score(targets, refs, logprobs=[-0.1 * i for i in range(N)])
-    meta = {"name": "kd", "strategy": "beam", "split": "valid", "source_lang": "en", "target_lang": "de",
-            "sentences": N, "empty_source_lines": [], "truncated_source_lines": [], "teacher": {},
-            "fingerprint": {"spm_model": sha256_file(tiny_en_de / "spm.model")},  # as the generator records it
-            "files": {"source": "valid.en", "target": "valid.de", "binarized_left_out_lines": list(bin_left_out)}}
-    write_output(out, split="valid", src="en", tgt="de", source_text=sources, source_tokens=tokens,
-                 source_pieces=source_pieces, target_pieces=pieces, target_text=targets,
-                 dict_dir=tiny_en_de / "bin", meta=meta, bin_left_out=bin_left_out, references=refs,
-                 sentence_scores=scores)
-    return refs, targets
+from conftest import VALID_LINES as N, write_distilled
 
 
 @pytest.fixture(scope="module")
