@@ -1160,3 +1160,83 @@ def test_the_ladder_section_reads_the_papers_two_claims_from_the_curves(tmp_path
     # teachers of one shape are not a ladder
     same = replace(cfg, teachers=tuple(replace(t, shape=cfg.teachers[0].shape) for t in cfg.teachers))
     assert ladder_section(same, res, tmp_path, {}) == []
+
+
+SEVERAL = """
+[[teachers.models]]
+name = "b"
+embed_dim = 8
+ffn_dim = 8
+layers = 1
+heads = 1
+seed = 2
+[distill]
+methods = []
+[[references]]
+name = "ddrs"
+of = ["a.beam", "b.beam"]
+[[references]]
+name = "ddrs-mean"
+of = ["a.beam", "b.beam"]
+selection = "mean"
+[[references]]
+name = "union"
+of = ["a.beam", "b.beam"]
+union = true
+"""
+
+
+def test_sets_of_several_references_and_the_sets_each_family_learns_from(tmp_path):
+    """Teachers of one shape with other seeds, a multi-reference set of their beam sets under each selection,
+    their union; the CTC student learns from the sets of several references, vanilla NAT from the rest."""
+    text = MINIMAL + SEVERAL + '[students]\nfamilies = ["nat", "glat_ctc"]\nsets = {nat = ["real", "a.beam", ' \
+                               '"union"]}\n'
+    cfg = study_config.load(_write(tmp_path, text))
+    steps = {s.name: s for s in build_plan(cfg, tmp_path)}
+    assert steps["teacher.b"].settings["seed"] == 2 and "seed" not in steps["teacher.a"].settings
+    ddrs = steps["references.ddrs"]
+    assert ddrs.kind == "mix" and ddrs.deps == ["prepare", "distil.a.beam", "distil.b.beam"]
+    assert (ddrs.settings["selection"], steps["references.ddrs-mean"].settings["selection"]) == ("min", "mean")
+    assert steps["references.union"].settings["union"] is True
+    # the analysis measures the union (a training set of its own pairs), not a multi-reference set (its first)
+    assert steps["analysis"].deps == ["prepare", "distil.a.beam", "distil.b.beam", "references.union"]
+    students = sorted(n for n in steps if n.startswith("student."))
+    assert students == ["student.glat_ctc.a.beam", "student.glat_ctc.b.beam", "student.glat_ctc.ddrs",
+                        "student.glat_ctc.ddrs-mean", "student.glat_ctc.real", "student.glat_ctc.union",
+                        "student.nat.a.beam", "student.nat.real", "student.nat.union"]
+    assert steps["student.glat_ctc.ddrs"].deps == ["prepare", "references.ddrs"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('[students]\nfamilies = ["nat"]\n', "[students]: nat students take one reference a sentence, not the set(s) "
+                                         "ddrs, ddrs-mean: give them their own sets"),
+    ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "x"\nof = ["a.beam"]\n',
+     "[[references]] x: of = ['a.beam']: give two distilled sets or more"),
+    ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "x"\nof = ["a.beam", "c.beam"]\n',
+     "[[references]] x: 'c.beam' is not a distilled set"),
+    ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "x"\nof = ["a.beam", "b.beam"]\nselection = "max"\n',
+     "[[references]] x: selection = 'max': 'min'"),
+    ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "x"\nof = ["a.beam", "b.beam"]\nunion = true\n'
+     'selection = "mean"\n', "[[references]] x: union = true makes one reference a line: drop selection"),
+    ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "union"\nof = ["a.beam", "b.beam"]\n',
+     "[[references]]: names must differ"),
+])
+def test_sets_of_several_references_are_checked(tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        study_config.load(_write(tmp_path, MINIMAL + SEVERAL + extra))
+
+
+def test_a_student_on_several_references_trains_with_the_loss_that_takes_them(tmp_path):
+    from fairseq_plugins.models.sizes import ModelSize
+    from nat_kd.study import fairseq_jobs
+    from nat_kd.study.config import Training
+
+    common = dict(arch="kd_glat_ctc_tiny", shape=ModelSize(8, 8, 1, 1), training=Training(updates=1))
+    flags = fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="glat_ctc", references=(3, "mean"), **common)
+    assert flags[flags.index("--task") + 1] == "kd_translation_lev" and flags[flags.index("--references") + 1] == 3
+    assert flags[flags.index("--criterion") + 1] == "multi_reference_nat_loss"
+    assert flags[flags.index("--reference-selection") + 1] == "mean"
+    single = fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="glat_ctc", **common)
+    assert "--references" not in single and single[single.index("--criterion") + 1] == "nat_loss"
+    with pytest.raises(ValueError, match="nat students take one reference a sentence"):
+        fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="nat", references=(3, "min"), **common)

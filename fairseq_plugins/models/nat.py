@@ -35,6 +35,9 @@ class StudentFamily:
     # its loss smooths toward the uniform distribution with --label-smoothing; the losses summed over
     # alignments or paths (CTC, DAG) have no one target per position to smooth, and refuse a non-zero value
     label_smoothing: bool = True
+    # its loss is a sentence's, over a whole reference: it learns from several a sentence (forward_references;
+    # --criterion multi_reference_nat_loss)
+    references: bool = False
 
 
 STUDENT_FAMILIES = {
@@ -82,14 +85,14 @@ STUDENT_FAMILIES = {
         "ctc_nat", ctc_base_architecture,
         ("--noise", "full_mask"),
         ("--iter-decode-max-iter", "0"),
-        label_smoothing=False,
+        label_smoothing=False, references=True,
     ),
     # CTC NAT with glancing on its best alignment (Gu & Kong 2021)
     "glat_ctc": StudentFamily(
         "ctc_nat", glat_ctc_base_architecture,
         ("--noise", "full_mask"),
         ("--iter-decode-max-iter", "0"),
-        task="kd_translation_lev", glancing=True, label_smoothing=False,
+        task="kd_translation_lev", glancing=True, label_smoothing=False, references=True,
     ),
     # NAT-CRF (Sun et al. 2019): vanilla NAT with a low-rank CRF over its outputs, Viterbi in one pass
     "nacrf": StudentFamily(
@@ -105,7 +108,7 @@ STUDENT_FAMILIES = {
         "dat", dat_base_architecture,
         ("--noise", "no_noise", "--upsample-factor", "4"),
         ("--iter-decode-max-iter", "0"),
-        task="kd_translation_lev", glancing=True, label_smoothing=False,
+        task="kd_translation_lev", glancing=True, label_smoothing=False, references=True,
     ),
 }
 

@@ -65,6 +65,7 @@ class TeacherSpec:
     name: str
     shape: ModelSize
     training: Training  # [teachers.training], with the keys of its own [teachers.models.training] over it
+    seed: int = 1  # teachers of one shape and training with other seeds: several references per sentence
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,18 @@ class MixSpec:
     name: str
     of: str  # the distilled set it mixes, by its label (TEACHER.STRATEGY)
     rule: dict  # nat_kd.mix.MixRule fields
+
+
+@dataclass(frozen=True)
+class ReferencesSpec:
+    """[[references]]: a training set made from several distilled sets of the same sources (its name is the
+    set's label): every line with each set's target, for students that take several references a sentence
+    (``selection``: DDRS's "min" or "mean"), or with ``union`` the sets' pairs one after the other, one target a
+    line (plain KD on all of them)."""
+    name: str
+    of: tuple[str, ...]  # the distilled sets, by their labels (TEACHER.STRATEGY), the first the main reference
+    union: bool = False
+    selection: str = "min"
 
 
 @dataclass(frozen=True)
@@ -141,10 +154,19 @@ class StudyConfig:
     seed_sets: dict[str, tuple[str, ...]] = field(default_factory=dict)
     speed: SpeedSpec | None = None
     training_speed: TrainingSpeedSpec | None = None
+    references: tuple[ReferencesSpec, ...] = ()
+    # the training sets each family learns from (a family not named: every set)
+    student_sets: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def data_labels(self) -> list[str]:
-        """Every training set's label, in plan order: the real data, the distilled sets, the mixes."""
-        return ["real"] + [d.name for d in self.distilled] + [m.name for m in self.mixes]
+        """Every training set's label, in plan order: the real data, the distilled sets, the mixes, the sets of
+        several references."""
+        return (["real"] + [d.name for d in self.distilled] + [m.name for m in self.mixes]
+                + [r.name for r in self.references])
+
+    def sets_of(self, family: str) -> list[str]:
+        """The training sets ``family``'s students learn from, in plan order."""
+        return [label for label in self.data_labels() if label in self.student_sets.get(family, self.data_labels())]
     # [launcher] and [resources.*]: the steps as cluster jobs (nat_kd.study.cluster; docs/study.md, "On a cluster")
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
@@ -219,8 +241,12 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     distilled, decoding, max_tokens = _distill(raw.pop("distill", {}), teachers)
     students = _students(raw.pop("students", {}))
     mixes = _mixes(raw.pop("mixes", []), {d.name for d in distilled})
-    labels = ["real"] + [d.name for d in distilled] + [m.name for m in mixes]
+    references = _references(raw.pop("references", []), {d.name for d in distilled},
+                             {"real", *(d.name for d in distilled), *(m.name for m in mixes)})
+    labels = ["real"] + [d.name for d in distilled] + [m.name for m in mixes] + [r.name for r in references]
     seed_sets = _seed_sets(students.pop("seed_sets"), students["families"], labels, "[students].seed_sets")
+    student_sets = _seed_sets(students.pop("sets"), students["families"], labels, "[students].sets")
+    _check_references_learners(references, student_sets, students["families"], labels)
     speed = _speed(raw.pop("speed", None), teachers, labels)
     training_speed = _training_speed(raw.pop("training_speed", None), labels)
     evaluation = _evaluation(raw.pop("evaluation", {}))
@@ -237,7 +263,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
                        student_shape=students["shape"], student_training=students["training"],
                        evaluation=evaluation, analysis=analysis, **born, modes=modes, source=path, corpus=corpus,
                        mixes=mixes, student_seeds=students["seeds"], seed_sets=seed_sets, speed=speed,
-                       training_speed=training_speed)
+                       training_speed=training_speed, references=references, student_sets=student_sets)
 
 
 def _study(section: dict, path: Path) -> dict:
@@ -266,8 +292,10 @@ def _teachers(section: dict) -> tuple[tuple[TeacherSpec, ...], Training]:
     for entry in shapes:
         entry = dict(entry)
         name = str(_take(entry, "name", MISSING, "[[teachers.models]]"))
+        seed = _take(entry, "seed", 1, f"[[teachers.models]] {name}", int)
         training = _dataclass(Training, defaults | entry.pop("training", {}), f"[[teachers.models]] {name}: training")
-        teachers.append(TeacherSpec(name, _dataclass(ModelSize, entry, f"[[teachers.models]] {name}"), training))
+        teachers.append(TeacherSpec(name, _dataclass(ModelSize, entry, f"[[teachers.models]] {name}"), training,
+                                    seed))
     if len({t.name for t in teachers}) != len(teachers):
         raise ConfigError("[[teachers.models]]: teacher names must differ")
     _no_leftovers(section, "[teachers]")
@@ -311,7 +339,8 @@ def _students(section: dict) -> dict:
     out = {"families": families, "shape": _dataclass(ModelSize, section.pop("model", {}), "[students.model]"),
            "training": _dataclass(Training, section.pop("training", {}), "[students.training]"),
            "seeds": tuple(_take(section, "seeds", [], where, list)),  # beyond seed 1, which every student has
-           "seed_sets": _take(section, "seed_sets", [], where, (list, dict))}
+           "seed_sets": _take(section, "seed_sets", [], where, (list, dict)),
+           "sets": _take(section, "sets", {}, where, (list, dict))}  # the sets each family learns from
     _no_leftovers(section, where)
     seeds = out["seeds"]
     if any(not isinstance(x, int) or x == 1 for x in seeds) or len(set(seeds)) != len(seeds):
@@ -412,6 +441,47 @@ def _mixes(entries: list, distilled: set[str]) -> tuple[MixSpec, ...]:
     if len(set(names)) != len(names) or set(names) & (distilled | {"real"}):
         raise ConfigError("[[mixes]]: names must differ from each other, from 'real' and from the distilled sets")
     return tuple(out)
+
+
+def _references(entries: list, distilled: set[str], taken: set[str]) -> tuple[ReferencesSpec, ...]:
+    """[[references]]: name, of (two distilled sets' labels or more), union, selection."""
+    out = []
+    for entry in entries:
+        entry, where = dict(entry), "[[references]]"
+        name = _take(entry, "name", MISSING, where, str)
+        where = f"{where} {name}"
+        spec = dataclass_from_table(ReferencesSpec, entry, where, ConfigError, name=name)
+        if len(spec.of) < 2 or len(set(spec.of)) != len(spec.of):
+            raise ConfigError(f"{where}: of = {list(spec.of)}: give two distilled sets or more, each once")
+        for label in spec.of:
+            if label not in distilled:
+                raise ConfigError(f"{where}: '{label}' is not a distilled set ({', '.join(sorted(distilled))})")
+        if spec.selection not in ("min", "mean"):
+            raise ConfigError(f"{where}: selection = {spec.selection!r}: 'min' (DDRS: each sentence on the reference "
+                              "it fits best) or 'mean'")
+        if spec.union and "selection" in entry:
+            raise ConfigError(f"{where}: union = true makes one reference a line: drop selection")
+        out.append(spec)
+    names = [r.name for r in out]
+    if len(set(names)) != len(names) or set(names) & taken:
+        raise ConfigError("[[references]]: names must differ from each other, from 'real', the distilled sets and the "
+                          "mixes")
+    return tuple(out)
+
+
+def _check_references_learners(references: tuple[ReferencesSpec, ...], student_sets: dict,
+                                families: tuple[str, ...], labels: list[str]) -> None:
+    """Only families whose loss takes several references a sentence learn from such a set."""
+    from fairseq_plugins.models.nat import STUDENT_FAMILIES
+
+    several = {r.name for r in references if not r.union}
+    for family in families:
+        learns = set(student_sets.get(family, labels)) & several
+        if learns and not STUDENT_FAMILIES[family].references:
+            takers = ", ".join(f for f, spec in STUDENT_FAMILIES.items() if spec.references)
+            raise ConfigError(f"[students]: {family} students take one reference a sentence, not the set(s) "
+                              f"{', '.join(sorted(learns))}: give them their own sets, [students] sets = "
+                              f"{{{family} = [...]}} (families that take several: {takers})")
 
 
 def _seed_sets(value: list | dict, families: tuple[str, ...], labels: list[str], where: str) -> dict:

@@ -115,16 +115,23 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
 
 def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, training: Training,
                nat_family: str | None, seed: int = 1, gpus: int = 0, fp16: bool = False, save_updates: int = 0,
-               log_interval: int = 50) -> list:
+               log_interval: int = 50, references: tuple[int, str] | None = None) -> list:
     """fairseq-train's arguments for an AT teacher (``nat_family`` None) or a NAT student of the study;
-    ``shape`` None keeps the architecture's own sizes."""
+    ``shape`` None keeps the architecture's own sizes; ``references`` (count, selection): a set of several
+    references a sentence (nat_kd.references), which the student's loss takes (StudentFamily.references)."""
     # save_updates: a checkpoint_last.pt every N updates too (a requeued cluster job resumes from it); of the
     # checkpoints fairseq then also names by their update, only the latest is kept
     saves = ["--save-interval-updates", save_updates, "--keep-interval-updates", 1] if save_updates else []
     if training.bleu_every:  # a learning curve's chunk (curve.py): fairseq's --save-interval counts epochs, and
         saves += ["--save-interval", NO_EPOCH_SAVES]  # a run that never reaches it saves at its own end only
     training = training.used_by(nat_family)
-    if nat_family:
+    if nat_family and references:
+        family = STUDENT_FAMILIES[nat_family]
+        if not family.references:
+            raise ValueError(f"{nat_family} students take one reference a sentence, not a set of {references[0]}")
+        task = ["--task", "kd_translation_lev", "--references", references[0], "--criterion",
+                "multi_reference_nat_loss", "--reference-selection", references[1], *family.train_flags]
+    elif nat_family:
         family = STUDENT_FAMILIES[nat_family]
         task = ["--task", family.task, "--criterion", "nat_loss", *family.train_flags]
         if training.glance_anneal_updates:
@@ -221,7 +228,7 @@ def resumed_from(save_dir: Path) -> list[int]:
 
 def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, training: Training, log: Path,
           threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0, fp16: bool = False,
-          save_updates: int = 0) -> Path:
+          save_updates: int = 0, references: tuple[int, str] | None = None) -> Path:
     """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
     validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
     node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself. A run
@@ -235,7 +242,7 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, 
     count_repeated_updates(save_dir, log)
     run_logged("fairseq_cli.train", train_args(bin_dir, save_dir, arch=arch, shape=shape, training=training,
                                                nat_family=nat_family, seed=seed, gpus=gpus, fp16=fp16,
-                                               save_updates=save_updates), log, threads)
+                                               save_updates=save_updates, references=references), log, threads)
     best = save_dir / "checkpoint_best.pt"
     if not best.is_file():
         raise RuntimeError(f"fairseq-train wrote no {best}")

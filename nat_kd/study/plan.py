@@ -124,10 +124,14 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
     bin_dir = (DistilledSet(ctx.results[data]["dir"]).bin if data else prepared.bin).root
     shape_, training_ = ModelSize(**shape) if shape else None, Training(**training)
     save_dir = ctx.work / "checkpoints"
+    # a set of several references a sentence: the student's loss takes them all (references_step)
+    several = ctx.results[data].get("references") if data else None
+    references = (several, ctx.results[data]["selection"]) if several else None
 
     def train(budget: Training) -> Path:
         return jobs.train(bin_dir, save_dir, arch=arch, shape=shape_, training=budget, log=ctx.log,
                           threads=ctx.threads, nat_family=nat_family, seed=seed, gpus=ctx.gpus, fp16=ctx.fp16,
+                          references=references,
                           save_updates=ctx.save_updates)
 
     result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)),
@@ -193,6 +197,27 @@ def mix_step(ctx: StepContext, *, prepare: str, of: str, rule: dict, name: str, 
             "rule": meta["mix"]["rule"], "replaced": meta["mix"]["replaced"], "lines": meta["mix"]["lines"],
             "outputs": [str(out.text("train", tgt))], "sentences": meta["sentences"],
             "bleu_vs_reference": meta["scores"].get("bleu")}
+
+
+def references_step(ctx: StepContext, *, prepare: str, sets: list[str], union: bool, selection: str, name: str,
+                    tgt: str) -> dict:
+    """nat_kd.references: the distilled sets ``sets`` as one set of several references a sentence (each
+    sentence trained on the one it fits best, or on all: ``selection``), or with ``union`` their pairs one
+    after the other."""
+    from nat_kd.references import build, reference_file
+
+    out = DistilledSet(ctx.work / "data")
+    split = DistilledSet(ctx.results[sets[0]]["dir"]).meta()["split"]
+    meta = build([ctx.results[s]["dir"] for s in sets], out.root, union=union, name=name,
+                 reference=PreparedCorpus(ctx.results[prepare]["dir"]).raw(split, tgt))
+    record = meta["union" if union else "references"]
+    texts = [out.text(split, tgt)] + ([] if union else [reference_file(out.root, split, tgt, k)
+                                                         for k in range(2, len(sets) + 1)])
+    return {"dir": str(out.root), "name": name, "strategy": "union" if union else "multi-reference",
+            "teacher": ctx.results[sets[0]]["teacher"], "outputs": [str(t) for t in texts],
+            "sentences": meta["sentences"], "bleu_vs_reference": meta.get("scores", {}).get("bleu"),
+            "mean_pairwise_bleu": record["mean_pairwise_bleu"],
+            **({} if union else {"references": len(sets), "selection": selection})}
 
 
 def _turns(systems: list[str], round_: int) -> list[str]:
@@ -357,7 +382,11 @@ class _Planner:
         self.steps: list[Step] = []
         self.evaluation = dict(cfg.evaluation)
         self.set_steps = [f"distil.{d.name}" for d in cfg.distilled] + [f"mix.{m.name}" for m in cfg.mixes]
-        self.data_step = dict(zip(cfg.data_labels(), [None, *self.set_steps]))  # a set's label -> its step
+        several = [f"references.{r.name}" for r in cfg.references]
+        self.data_step = dict(zip(cfg.data_labels(), [None, *self.set_steps, *several]))  # a set's label -> its step
+        # the analysis measures a union set (its pairs are a training set of their own); a set of several
+        # references is its first set's, analysed as that
+        self.set_steps += [f"references.{r.name}" for r in cfg.references if r.union]
 
     def add(self, step_name, kind, fn, deps=(), where: dict | None = None, budget=(), in_driver=False, **settings):
         """``settings`` make the step's fingerprint; ``where`` (folders) only tells it where to read or
@@ -412,7 +441,7 @@ class _Planner:
         before the next teacher trains)."""
         for teacher in self.cfg.teachers:
             self.train(f"teacher.{teacher.name}", data=None, arch=TEACHER_ARCH, shape=teacher.shape,
-                       training=teacher.training)
+                       training=teacher.training, seed=teacher.seed)
             for d in [d for d in self.cfg.distilled if d.teacher == teacher.name]:
                 self.distil(f"distil.{d.name}", f"teacher.{d.teacher}", d.strategy, d.name)
 
@@ -422,6 +451,10 @@ class _Planner:
         for m in cfg.mixes:
             self.add(f"mix.{m.name}", "mix", mix_step, ["prepare", f"distil.{m.of}"], prepare="prepare",
                      of=f"distil.{m.of}", rule=m.rule, name=m.name, tgt=cfg.tgt)
+        for r in cfg.references:
+            sets = [f"distil.{label}" for label in r.of]
+            self.add(f"references.{r.name}", "mix", references_step, ["prepare", *sets], prepare="prepare", sets=sets,
+                     union=r.union, selection=r.selection, name=r.name, tgt=cfg.tgt)
         # the detailed measures are settings only when asked for, so the other profiles' analysis stays as it was
         details = {"details": cfg.analysis} if cfg.analysis["detailed"] else {}
         self.add("analysis", "analysis", analysis_step, ["prepare", *self.set_steps],
@@ -431,7 +464,7 @@ class _Planner:
     def students(self):
         """The NAT students on the real data and on every training set; more seeds on some sets."""
         for family in self.cfg.student_families:
-            for label in self.data_step:
+            for label in self.cfg.sets_of(family):
                 self.student(family, label)
         for seed in self.cfg.student_seeds:
             for family, labels in self.cfg.seed_sets.items():
