@@ -33,10 +33,11 @@ DEFAULT_ARCH = "kd_nat_tiny"
 
 
 def student_commands(bin_dir: BinarizedData, tokenization, languages: tuple[str, str], save_dir: Path, *,
-                     arch: str, shape, updates: int | None) -> list[str]:
+                     arch: str, shape, updates: int | None, references: tuple[int, str] | None = None) -> list[str]:
     """fairseq-train of ``arch`` (``shape`` None: its own sizes) on ``bin_dir``, its checkpoints in ``save_dir``,
     then fairseq-generate of its best checkpoint on the test split; absolute paths, so that they run from any
-    folder once the project's .venv is active."""
+    folder once the project's .venv is active. ``references`` (count, selection): a set of several references
+    a sentence (nat_kd.references), which the student's loss takes."""
     # imported here, not at the top: they import fairseq, which logs at import unless cli.setup_logging ran first
     from fairseq_plugins.models.nat import STUDENT_FAMILIES
 
@@ -48,6 +49,11 @@ def student_commands(bin_dir: BinarizedData, tokenization, languages: tuple[str,
         raise SettingsError(f"{bin_dir.root}: no such folder; is its parent nat_kd.prepare or "
                             "nat_kd.generate_distilled output?")
     family = student_family(arch)
+    if references and not STUDENT_FAMILIES[family].references:
+        takers = ", ".join(f"kd_{f}_tiny" for f, spec in STUDENT_FAMILIES.items() if spec.references)
+        raise SettingsError(f"--arch {arch}: its loss takes one reference a sentence, and {bin_dir.root.parent} has "
+                            f"{references[0]}: give a student that takes several ({takers}), or the sets' union "
+                            "(nat_kd.references --union)")
     # one plain run, no learning curve: fairseq saves at every epoch's end and keeps the best validation loss
     training = replace(config.load(PROFILE).student_training, bleu_every=0)
     if updates:
@@ -55,7 +61,7 @@ def student_commands(bin_dir: BinarizedData, tokenization, languages: tuple[str,
         share = training.glance_anneal_updates / training.updates
         training = replace(training, updates=updates, glance_anneal_updates=max(1, round(share * updates)))
     train = train_args(bin_dir.root.resolve(), save_dir.resolve(), arch=arch, shape=shape, training=training,
-                       nat_family=family)
+                       nat_family=family, references=references)
     student = STUDENT_FAMILIES[family]
     generate = [bin_dir.root.resolve(), "--user-dir", ROOT / "fairseq_plugins", "--task", student.task,
                 *student.decode_flags, "--beam", 1, "--path", save_dir.resolve() / "checkpoint_best.pt",
@@ -92,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", help="LAYERSxWIDTH over the architecture's sizes (default 2x128, the studies' "
                                    "students), or 'arch' for its own")
     p.add_argument("--updates", type=int, help="updates to train (default 2000, the profile's)")
+    p.add_argument("--selection", choices=("min", "mean"), default="min",
+                   help="a set of several references a sentence (nat_kd.references): each sentence trained on the "
+                        "one it fits best (min, DDRS: the default) or on all of them (mean)")
     return p
 
 
@@ -128,9 +137,13 @@ def main(argv=None) -> int:
         else:
             print(f"# {chosen['arch']} ({kind}) on {sets[0][1]}, and its twin on the real data; in a shell with the "
                   "project's .venv active (source .venv/bin/activate), train, then test:")
+        several = (DistilledSet(chosen["distilled"]).meta() or {}).get("references", {}).get("count") \
+            if chosen["distilled"] else None
         for bin_dir, name in sets:
+            references = (several, args.selection) if several and name != REAL else None
             print("\n".join(student_commands(bin_dir, tokenization, languages, args.out / f"{family}.{name}",
-                                             arch=chosen["arch"], shape=shape, updates=args.updates)))
+                                             arch=chosen["arch"], shape=shape, updates=args.updates,
+                                             references=references)))
         return 0
 
     return cli.run(body)

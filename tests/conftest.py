@@ -81,11 +81,12 @@ def process_running(pid: int) -> bool:
 VALID_LINES = 1014  # Multi30k's valid split, whole: a hand-made distilled set's real targets are the prepared corpus's
 
 
-def write_distilled(tiny_en_de, out, bin_left_out=(), empty_outputs=False, targets=None, name="kd"):
-    """A distilled set written by the generator's own output code, with targets made by hand: every third line
-    a reference said twice (a repeated n-gram), the others the reference's first three words (or, as from a
-    teacher that ends every sentence at once, ``empty_outputs``; or ``targets(references)``). Returns the
-    references and the targets."""
+def write_distilled(tiny_en_de, out, bin_left_out=(), empty_outputs=False, targets=None, name="kd", split="valid"):
+    """A distilled set of the tiny corpus's ``split`` written by the generator's own output code, with targets
+    made by hand: every third line a reference said twice (a repeated n-gram), the others the reference's first
+    three words (or, as from a teacher that ends every sentence at once, ``empty_outputs``; or
+    ``targets(references)``). A training split's set carries the corpus's other splits in bin/, as the
+    generator's does. Returns the references and the targets."""
     import sentencepiece
     from fairseq.data import Dictionary
 
@@ -94,25 +95,27 @@ def write_distilled(tiny_en_de, out, bin_left_out=(), empty_outputs=False, targe
     from nat_kd.distill.source import load_binarized
     from nat_kd.hashing import sha256_file
 
-    refs = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()
-    sources = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()
-    assert len(refs) == VALID_LINES
+    refs = (tiny_en_de / "raw" / f"{split}.de").read_text(encoding="utf-8").splitlines()
+    sources = (tiny_en_de / "raw" / f"{split}.en").read_text(encoding="utf-8").splitlines()
+    lines = len(refs)
+    assert split != "valid" or lines == VALID_LINES
     targets = ([f"{r} {r}" if i % 3 == 0 else " ".join(r.split()[:3]) for i, r in enumerate(refs)]
                if targets is None else targets(refs))
     if empty_outputs:
-        targets = [""] * VALID_LINES
+        targets = [""] * lines
     sp = sentencepiece.SentencePieceProcessor(model_file=str(tiny_en_de / "spm.model"))
     src_dict = Dictionary.load(str(tiny_en_de / "bin" / "dict.en.txt"))
-    tokens = load_binarized(tiny_en_de / "bin", "valid", "en", "en-de", src_dict)
+    tokens = load_binarized(tiny_en_de / "bin", split, "en", "en-de", src_dict)
     pieces = [" ".join(p) for p in sp.encode(targets, out_type=str)]
     source_pieces = [" ".join(p) for p in sp.encode(sources, out_type=str)]
-    scores = SentenceScorer().score(targets, refs, logprobs=[-0.1 * i for i in range(VALID_LINES)])
-    meta = {"name": name, "strategy": "beam", "split": "valid", "source_lang": "en", "target_lang": "de",
-            "sentences": VALID_LINES, "empty_source_lines": [], "truncated_source_lines": [], "teacher": {},
+    scores = SentenceScorer().score(targets, refs, logprobs=[-0.1 * i for i in range(lines)])
+    meta = {"name": name, "strategy": "beam", "split": split, "source_lang": "en", "target_lang": "de",
+            "sentences": lines, "empty_source_lines": [], "truncated_source_lines": [], "teacher": {},
             "fingerprint": {"spm_model": sha256_file(tiny_en_de / "spm.model")},  # as the generator records it
-            "files": {"source": "valid.en", "target": "valid.de", "binarized_left_out_lines": list(bin_left_out)}}
-    write_output(out, split="valid", src="en", tgt="de", source_text=sources, source_tokens=tokens,
+            "files": {"source": f"{split}.en", "target": f"{split}.de",
+                      "binarized_left_out_lines": list(bin_left_out)}}
+    write_output(out, split=split, src="en", tgt="de", source_text=sources, source_tokens=tokens,
                  source_pieces=source_pieces, target_pieces=pieces, target_text=targets,
                  dict_dir=tiny_en_de / "bin", meta=meta, bin_left_out=bin_left_out, references=refs,
-                 sentence_scores=scores)
+                 sentence_scores=scores, data_dir=tiny_en_de / "bin" if split == "train" else None)
     return refs, targets

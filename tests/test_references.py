@@ -2,12 +2,15 @@
 the fairseq task a reference at a time), or as their union; and refused where they are not of the same
 sources."""
 import json
+import shlex
+import subprocess
+import sys
 
 import pytest
 import sacrebleu
 
 import fairseq_plugins  # noqa: F401  (registers kd_translation_lev and the students)
-from conftest import VALID_LINES, write_distilled
+from conftest import ROOT, VALID_LINES, write_distilled
 from nat_kd.artifacts import DistilledSet
 from nat_kd.corpus import CorpusError
 from nat_kd.references import build, main, reference_file
@@ -113,3 +116,37 @@ def test_sets_of_other_sources_are_refused_naming_the_line(sets, tiny_en_de, tmp
     assert main(["--sets", str(folders[0]), "--out", str(tmp_path / "out")]) == 2
     assert "give two distilled sets or more" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_next_steps_prints_commands_that_train_a_student_on_every_reference(tiny_en_de, tmp_path, capsys):
+    """A multi-reference set of the training split: next_steps prints fairseq-train with the loss that takes
+    several references, which trains a CTC student with glancing for a few updates, and fairseq-generate, which
+    tests it; a student that takes one reference a sentence is refused in one line."""
+    from conftest import MICRO_MODEL
+
+    from nat_kd import next_steps
+
+    folders = []
+    for name, make in TEACHERS.items():
+        write_distilled(tiny_en_de, tmp_path / name, targets=make, name=name, split="train")
+        folders.append(tmp_path / name)
+    build(folders, tmp_path / "three")
+    assert next_steps.main(["--prepared", str(tiny_en_de), "--distilled", str(tmp_path / "three"), "--out",
+                            str(tmp_path / "students"), "--arch", "kd_glat_ctc_tiny", "--updates", "3"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    train, generate = shlex.split(printed[1]), shlex.split(printed[2])
+    assert train[train.index("--references") + 1] == "3" and train[train.index("--criterion") + 1] == \
+        "multi_reference_nat_loss" and train[train.index("--reference-selection") + 1] == "min"
+    assert "--references" not in printed[3]  # the twin on the real data: one reference a sentence
+    sizes = dict(zip(MICRO_MODEL[::2], MICRO_MODEL[1::2]))
+    train = [sizes.get(train[i - 1], word) if i else word for i, word in enumerate(train)]
+    for command in (train, generate):
+        done = subprocess.run([sys.executable, "-m", f"fairseq_cli.{command[0].split('-')[1]}", *command[1:]],
+                              cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (tmp_path / "students" / "glat_ctc.three" / "checkpoint_best.pt").is_file()
+    assert "S-" in done.stdout and "D-" in done.stdout  # the test split translated
+    assert next_steps.main(["--prepared", str(tiny_en_de), "--distilled", str(tmp_path / "three"), "--out",
+                            str(tmp_path / "students"), "--arch", "kd_nat_tiny"]) == 2
+    err = capsys.readouterr().err
+    assert "--arch kd_nat_tiny: its loss takes one reference a sentence" in err and len(err.strip().splitlines()) == 1
