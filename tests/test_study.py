@@ -1240,3 +1240,16 @@ def test_a_student_on_several_references_trains_with_the_loss_that_takes_them(tm
     assert "--references" not in single and single[single.index("--criterion") + 1] == "nat_loss"
     with pytest.raises(ValueError, match="nat students take one reference a sentence"):
         fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="nat", references=(3, "min"), **common)
+
+
+def test_a_selective_kd_mix_is_judged_by_a_student_of_the_study(tmp_path):
+    text = MINIMAL + ('[distill]\nmethods = []\n[students]\nfamilies = ["nat"]\n[[mixes]]\nname = "skd-20"\n'
+                      'of = "a.beam"\nevaluator = "student.nat.real"\ndistilled_share = 0.2\n')
+    cfg = study_config.load(_write(tmp_path, text))
+    steps = {s.name: s for s in build_plan(cfg, tmp_path)}
+    assert steps["mix.skd-20"].deps == ["prepare", "distil.a.beam", "student.nat.real"]
+    assert steps["mix.skd-20"].settings["rule"] == {"evaluator": "student.nat.real", "distilled_share": 0.2}
+    assert "student.nat.skd-20" in steps
+    for evaluator in ("student.glat.real", "student.nat.skd-20", "teacher.a"):
+        with pytest.raises(ConfigError, match=re.escape(f"evaluator = '{evaluator}' is not a student of this study")):
+            study_config.load(_write(tmp_path, text.replace('"student.nat.real"', f'"{evaluator}"')))

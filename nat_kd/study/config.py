@@ -247,6 +247,7 @@ def _build(raw: dict, path: Path) -> StudyConfig:
     seed_sets = _seed_sets(students.pop("seed_sets"), students["families"], labels, "[students].seed_sets")
     student_sets = _seed_sets(students.pop("sets"), students["families"], labels, "[students].sets")
     _check_references_learners(references, student_sets, students["families"], labels)
+    _check_evaluators(mixes, student_sets, students["families"], labels)
     speed = _speed(raw.pop("speed", None), teachers, labels)
     training_speed = _training_speed(raw.pop("training_speed", None), labels)
     evaluation = _evaluation(raw.pop("evaluation", {}))
@@ -482,6 +483,20 @@ def _check_references_learners(references: tuple[ReferencesSpec, ...], student_s
             raise ConfigError(f"[students]: {family} students take one reference a sentence, not the set(s) "
                               f"{', '.join(sorted(learns))}: give them their own sets, [students] sets = "
                               f"{{{family} = [...]}} (families that take several: {takers})")
+
+
+def _check_evaluators(mixes: tuple[MixSpec, ...], student_sets: dict, families: tuple[str, ...],
+                      labels: list[str]) -> None:
+    """A Selective KD mix's evaluator is a student step of the plan (student.FAMILY.SET) that learns from
+    something else than the mix itself."""
+    students = {f"student.{family}.{label}" for family in families for label in student_sets.get(family, labels)}
+    for m in mixes:
+        evaluator = m.rule.get("evaluator")
+        if evaluator is None:
+            continue
+        if evaluator not in students or evaluator.endswith(f".{m.name}"):
+            raise ConfigError(f"[[mixes]] {m.name}: evaluator = {evaluator!r} is not a student of this study on another "
+                              f"set (student.FAMILY.SET, e.g. student.{families[0]}.real)")
 
 
 def _seed_sets(value: list | dict, families: tuple[str, ...], labels: list[str], where: str) -> dict:

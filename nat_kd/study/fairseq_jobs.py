@@ -273,10 +273,12 @@ def training_speed(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize
 def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: int, max_tokens: int, log: Path,
               threads: int, tokenization: TokenizationSettings, languages: tuple[str, str],
               nat_family: str | None = None, batch_size: int | None = None,
-              max_len_a: float = 0.0, max_len_b: int = 200, fp16: bool = False) -> list[str]:
+              max_len_a: float = 0.0, max_len_b: int = 200, fp16: bool = False,
+              sentences: int | None = None) -> list[str]:
     """fairseq-generate ``split``; writes the hypotheses (in corpus order), detokenized by ``tokenization`` as
     the corpus was tokenized, to ``out``. ``batch_size``: at most that many sentences a batch (fairseq's
-    --batch-size), within ``max_tokens``."""
+    --batch-size), within ``max_tokens``. A sentence fairseq-generate leaves out (a source its model cannot
+    take) is an error, or with ``sentences`` (the split's count) an empty line."""
     if nat_family:
         family = STUDENT_FAMILIES[nat_family]
         task = ["--task", family.task, *family.decode_flags, "--beam", 1]
@@ -289,10 +291,10 @@ def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: i
                 *tokenization.fairseq_flags(*languages)], log, threads, stdout=raw)
     hyps = {int(m.group(1)): m.group(2) for m in
             re.finditer(r"^D-(\d+)\t[^\t]*\t(.*)$", raw.read_text(encoding="utf-8"), re.M)}
-    count = len(hyps)
-    if sorted(hyps) != list(range(count)):
+    count = sentences or len(hyps)
+    if sentences is None and sorted(hyps) != list(range(count)):
         raise RuntimeError(f"{raw}: hypothesis ids are not 0..{count - 1}")
-    lines = [hyps[i] for i in range(count)]
+    lines = [hyps.get(i, "") for i in range(count)]
     out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     raw.unlink()
     return lines

@@ -187,10 +187,13 @@ def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, 
 
 
 def mix_step(ctx: StepContext, *, prepare: str, of: str, rule: dict, name: str, tgt: str) -> dict:
-    """nat_kd.mix: the distilled set ``of`` with the lines its rule picks taking the real target."""
+    """nat_kd.mix: the distilled set ``of`` with the lines its rule picks taking the real target; a Selective KD
+    rule's evaluator is a student step of the study, whose checkpoint judges the lines."""
     from nat_kd.mix import MixRule, mix
 
     out = DistilledSet(ctx.work / "data")
+    if rule.get("evaluator"):
+        rule = {**rule, "evaluator": ctx.results[rule["evaluator"]]["checkpoint"]}
     meta = mix(ctx.results[of]["dir"], out.root, MixRule(**rule), prepared=ctx.results[prepare]["dir"], name=name)
     source = ctx.results[of]
     return {"dir": str(out.root), "name": name, "strategy": f"{source['strategy']}+mix", "teacher": source["teacher"],
@@ -449,7 +452,8 @@ class _Planner:
         """The mixes of the distilled sets with the real data (nat_kd.mix), then the analysis of every set."""
         cfg = self.cfg
         for m in cfg.mixes:
-            self.add(f"mix.{m.name}", "mix", mix_step, ["prepare", f"distil.{m.of}"], prepare="prepare",
+            evaluator = [m.rule["evaluator"]] if m.rule.get("evaluator") else []
+            self.add(f"mix.{m.name}", "mix", mix_step, ["prepare", f"distil.{m.of}", *evaluator], prepare="prepare",
                      of=f"distil.{m.of}", rule=m.rule, name=m.name, tgt=cfg.tgt)
         for r in cfg.references:
             sets = [f"distil.{label}" for label in r.of]
