@@ -299,19 +299,16 @@ def test_many_shards_give_the_same_outputs(corpus, monkeypatch):
     assert "final tension" in whole["log"]
 
 
-def test_report_bleu_is_sacrebleus_corpus_score(corpus, monkeypatch):
+def test_report_bleu_is_sacrebleus_corpus_score(corpus):
     import sacrebleu
 
-    import nat_kd.analysis.report
-
-    monkeypatch.setattr(nat_kd.analysis.report, "TOKENIZE_BLOCK", 3)  # BLEU statistics summed over two blocks
     (corpus / "hyp.de").write_text("Ein Mann reitet .\nEine Frau liest ein Buch .\nZwei Hunde spielen .\nEin Mann .\n")
     assert main(["report", "--data-dir", str(corpus), "--set", f"hyp={corpus / 'train.en'},{corpus / 'hyp.de'}",
                  "--out", str(corpus / "r")]) == 0
     row = json.loads((corpus / "r" / "report.json").read_text())["rows"][1]
     expected = sacrebleu.BLEU(lowercase=True).corpus_score((corpus / "hyp.de").read_text().splitlines(), [DE])
-    assert row["bleu"] == pytest.approx(expected.score, abs=1e-9)
-    assert row["length_ratio"] == pytest.approx(expected.sys_len / expected.ref_len)
+    assert row["bleu"] == expected.score and 0 < row["bleu"] < 100
+    assert row["length_ratio"] == expected.sys_len / expected.ref_len
 
 
 def test_report_needs_both_real_sides_or_neither(tmp_path, capsys):

@@ -9,7 +9,6 @@ an explicit ``NAME=SRC_FILE,TGT_FILE``.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections import Counter
@@ -17,14 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import sacrebleu
-from sacrebleu.utils import sum_of_lists
 
 from nat_kd import __version__, markdown
 from nat_kd.analysis.align import RECOMMENDED, AlignerOptions
 from nat_kd.analysis.card import frequency_markdown, refresh_card
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.analysis.metrics.base import TOKENIZE_BLOCK, Signature, TokenizedPairs, parallel_lines, unit_name
+from nat_kd.analysis.metrics.base import Signature, TokenizedPairs, parallel_lines, unit_name
+from nat_kd.analysis.metrics.bleu import BleuStatistics, streamed_bleu
 from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR, InterpolatedFaithfulness, missing_mass
 from nat_kd.analysis.metrics.frequency import DEFAULT_BUCKETS, Vocabulary, frequency_table, linked_pairs
 from nat_kd.analysis.metrics.reordering import line_scores
@@ -160,7 +158,6 @@ class AnalysisReport:
         self.complexity = Complexity(log_base)
         self.faithfulness = Faithfulness(log_base, floor)
         self.reordering = Reordering()
-        self.bleu = sacrebleu.BLEU(lowercase=tokenizer.lowercase)
         self.modes = None
         if mode_texts:
             models = UnigramModels.from_texts({lang: tokenizer.corpus(t) for lang, t in mode_texts.items()})
@@ -178,7 +175,7 @@ class AnalysisReport:
         rows = [self._row(real, real, real_aligned, real_table)]
         for data in distilled:
             rows.append(self._row(data, real, self._align(data), real_table))
-        bleu_sig = str(self.bleu.get_signature())
+        bleu_sig = BleuStatistics(self.tokenizer.lowercase).signature()
         settings, log = real_aligned.settings, self.complexity.log_base
         signature = {**settings, "log": log, "floor": self.faithfulness.floor,
                      "frs": "drop-unaligned,leftmost-target", "bleu": bleu_sig, "nat_kd": __version__,
@@ -195,15 +192,9 @@ class AnalysisReport:
                             (str(data.src), str(data.tgt)), self.drop_empty)
 
     def _bleu(self, data: DataSet, real: DataSet):
-        """Corpus BLEU of the set's targets against the real ones, from sacrebleu's sufficient statistics
-        summed a block at a time (the same integers ``corpus_score`` sums), so no whole text is held."""
-        stats = None
+        """Corpus BLEU of the set's targets against the real ones, streamed: no whole text is held."""
         lines = parallel_lines(iter_lines(data.tgt), iter_lines(real.tgt), (str(data.tgt), str(real.tgt)))
-        while block := list(itertools.islice(lines, TOKENIZE_BLOCK)):
-            hypotheses, references = (list(side) for side in zip(*block))
-            part = sum_of_lists(self.bleu._extract_corpus_statistics(hypotheses, [references]))
-            stats = part if stats is None else [a + b for a, b in zip(stats, part)]
-        return self.bleu._compute_score_from_stats(stats)
+        return streamed_bleu(lines, self.tokenizer.lowercase)
 
     def _linked(self, data: DataSet, aligned) -> tuple[np.ndarray, Counter]:
         """The set's linked word pairs (``frequency.linked_pairs``) and its source-word counts, from the tokens

@@ -15,8 +15,9 @@ Columns, one row per line (``scores.tsv`` beside a distilled set, see docs/analy
   NaN when fewer than two source words are aligned). Added by ``analyze`` (it needs the corpus aligned);
 * ``replaced``: in a set written by nat_kd.mix, 1 where the line is the real target.
 
-BLEU and chrF come from sacrebleu's per-sentence sufficient statistics, extracted once: the generator sums
-the same statistics into its corpus scores (nat_kd.distill.scores), so nothing is tokenised twice.
+BLEU and chrF come from sacrebleu's per-sentence sufficient statistics (nat_kd.analysis.metrics.bleu), extracted
+once: the generator sums the same statistics into its corpus scores (nat_kd.distill.scores), so nothing is
+tokenised twice.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import sacrebleu
 
+from nat_kd.analysis.metrics.bleu import BleuStatistics, ChrfStatistics
 from nat_kd.analysis.metrics.surface import repeated_ngram_counts
 from nat_kd.analysis.tokenizers import Tokenizer13a
 from nat_kd.atomic import writing
@@ -43,14 +44,13 @@ COLUMNS = ("bleu", "chrf", "length_ratio", "repeated_ngrams", "repeated", "logpr
 
 def _metrics() -> dict:
     """The sentence-level metrics: sacrebleu.sentence_bleu's settings (effective order) and chrF's defaults."""
-    return {"bleu": sacrebleu.BLEU(effective_order=True), "chrf": sacrebleu.CHRF()}
+    return {"bleu": BleuStatistics(effective_order=True), "chrf": ChrfStatistics()}
 
 
 def sacrebleu_statistics(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, list]:
     """Each line's sufficient statistics for BLEU and chrF (integers: n-gram matches and totals, lengths).
-    Extraction does not depend on effective order, so the corpus scores sum these very lists."""
-    return {name: metric._extract_corpus_statistics(list(hypotheses), [list(references)])
-            for name, metric in _metrics().items()}
+    They do not depend on the effective order, so the corpus scores sum these very lists."""
+    return {name: metric.lines(hypotheses, references) for name, metric in _metrics().items()}
 
 
 def length_ratio(hypothesis: str, reference: str) -> float:
@@ -135,9 +135,7 @@ class SentenceScorer:
 
     @property
     def settings(self) -> dict:
-        for metric in self.metrics.values():  # one sentence records nrefs:1 for the signature
-            metric._extract_corpus_statistics(["a"], [["a"]])
-        return {"bleu": str(self.metrics["bleu"].get_signature()), "chrf": str(self.metrics["chrf"].get_signature()),
+        return {"bleu": self.metrics["bleu"].signature(), "chrf": self.metrics["chrf"].signature(),
                 "repeated_ngrams": f"n:{self.repeat_n}|{self.tokenizer.signature}",
                 "length_ratio": "words:whitespace", "logprob": "mean-over-tokens-with-eos|natural-log",
                 "frs": "drop-unaligned,leftmost-target"}
@@ -154,7 +152,7 @@ class SentenceScorer:
                                   "line-aligned")
             statistics = statistics or sacrebleu_statistics(hypotheses, references)
             for name, metric in self.metrics.items():
-                columns[name] = np.array([metric._compute_score_from_stats(s).score for s in statistics[name]])
+                columns[name] = np.array([metric.score(line).score for line in statistics[name]])
             columns["length_ratio"] = np.array([length_ratio(h, r) for h, r in zip(hypotheses, references)])
         columns["repeated_ngrams"] = counts.astype(np.float64)
         columns["repeated"] = (counts > 0).astype(np.float64)
