@@ -131,7 +131,7 @@ def test_toml_syntax_error_names_the_line(tmp_path):
 def test_unknown_profile_and_help_list_the_bundled_ones(capsys):
     from nat_kd.study.__main__ import main
 
-    names = "capacity, cpu, decoding, decoding-micro, kd-effect, kd-effect-micro, ladder, ladder-micro, micro, paper, students"
+    names = "capacity, cpu, decoding, decoding-micro, kd-effect, kd-effect-micro, kd-methods, ladder, ladder-micro, micro, paper, students"
     with pytest.raises(ConfigError, match=names):
         study_config.load("nonesuch")
     with pytest.raises(SystemExit):
