@@ -39,9 +39,6 @@ FINAL_UPDATES = 2000
 MAX_NAME = 255 - 30
 REAL = "real"  # the ranking's name for the real data of --corpus
 VALID = "valid"  # the split every pilot is measured on, with the corpus's references
-MEASURES = [("complexity", "C(d) paper", ".3f"), ("complexity_token_weighted", "C(d) token-weighted", ".3f"),
-            ("faithfulness_interpolated", "F(d) interp.", ".3f"), ("reordering", "FRS", ".3f"),
-            ("length_ratio", "length ratio", ".3f"), ("bleu", "BLEU vs real", ".2f")]
 
 
 def parse_args(argv):
@@ -261,6 +258,8 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
 def ranking(records: dict, candidates: list[str], family: str, shape: str, updates: int) -> dict:
     """The sets by their pilot's validation BLEU, best first, with their data measures and the agreement
     of this family's pilots at this shape (LAYERSxWIDTH) with full training in the committed studies."""
+    from nat_kd.analysis.metrics import shown
+    from nat_kd.analysis.metrics.base import RANKING
     from nat_kd.study.curve import bleu_at
     from nat_kd.study.pilots import for_family, noise_for, trusted_budget
 
@@ -269,7 +268,7 @@ def ranking(records: dict, candidates: list[str], family: str, shape: str, updat
     for name in [REAL, *candidates]:
         curve = records[f"pilot.{name}"]["result"]["curve"]  # a continued pilot's holds its shorter budgets
         rows.append({"set": name, "valid_bleu": bleu_at(curve, updates),
-                     **{key: analysis.get(name, {}).get(key) for key, _, _ in MEASURES}})
+                     **{m.name: analysis.get(name, {}).get(m.name) for m, _ in shown(RANKING)}})
     rows.sort(key=lambda r: -r["valid_bleu"])
     agreement, measured = for_family(family, shape, updates)
     return {"family": family, "shape_label": shape, "updates": updates, "rows": rows, "agreement": agreement,
@@ -319,14 +318,18 @@ def verdict(rank: dict) -> str:
 
 
 def render(rank: dict, arch: str) -> str:
-    scores = [r["valid_bleu"] for r in rank["rows"]]
+    from nat_kd.analysis.metrics import shown
+    from nat_kd.analysis.metrics.base import RANKING
+
+    scores, measures = [r["valid_bleu"] for r in rank["rows"]], shown(RANKING)
     # equal scores share a rank (1, 1, 3): their order, the real data first, then the sets as given, is no finding
     body = [[1 + sum(s > r["valid_bleu"] for s in scores), r["set"], cell(r["valid_bleu"], ".2f"),
              "best" if r["valid_bleu"] == scores[0] else f"{r['valid_bleu'] - scores[0]:+.2f}"]
-            + [cell(r[key], spec) for key, _, spec in MEASURES] for r in rank["rows"]]
+            + [cell(r.get(m.name), column.format) for m, column in measures] for r in rank["rows"]]
     parts = [f"# Which training set for {arch} at {rank['shape_label']}? Pilots of {rank['updates']:,} updates\n",
              verdict(rank) + "\n",
-             table(["rank", "training set", "pilot valid BLEU", "gap"] + [label for _, label, _ in MEASURES], body),
+             table(["rank", "training set", "pilot valid BLEU", "gap"] + [column.label for _, column in measures],
+                   body),
              "Pilot valid BLEU: sacrebleu on the detokenized validation set after the pilot's last update. Data "
              "measures: nat_kd.analyze report (13a, lowercased), each set against the real data.\n",
              "## How far pilots this short can be trusted\n"]

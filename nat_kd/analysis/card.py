@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from nat_kd import __version__, markdown
+from nat_kd.analysis.metrics import shown
+from nat_kd.analysis.metrics.base import CARD
 from nat_kd.analysis.metrics.sentence import REPEAT_N, SentenceScorer, SentenceScores, repeated_ngrams, summary
 from nat_kd.analysis.tokenizers import Tokenizer13a
 from nat_kd.artifacts import DistilledSet
@@ -181,18 +183,27 @@ def _line_list(field: dict) -> str:
     return f"{field['count']} (lines {', '.join(map(str, field['first']))}{more})"
 
 
+def card_analysis(row: dict, real_row: dict, signatures: dict) -> dict:
+    """card.json's ``analysis`` from a set's row of the analysis report and the real data's: the measures the
+    card shows (the real data's own where it is not measured against itself), both frequency-bucket tables, and
+    the measures' signatures."""
+    measures = [measure for measure, _ in shown(CARD) if measure.name in row]
+    return {**{m.name: row[m.name] for m in measures}, "frequency_buckets": row["frequency_buckets"],
+            "real": {"name": real_row["name"], **{m.name: real_row[m.name] for m in measures if not m.relative},
+                     "frequency_buckets": real_row["frequency_buckets"]},
+            "signatures": signatures}
+
+
 def _analysis_markdown(analysis: dict | None) -> list[str]:
     if not analysis:
         return ["## Data measures", "", "C(d), F(d) and FRS need the corpus aligned: not measured yet. Run "
                 "`python -m nat_kd.analyze report --set-dir DIR --out OUT` to add them here.", ""]
+    columns, real = shown(CARD), analysis["real"]
     out = ["## Data measures", "", markdown.table(
-        ["set", "C(d)", "F(d)", "words losing every translation", "FRS"],
-        [[analysis["real"]["name"], _number(analysis["real"]["complexity"]), "-", "-",
-          _number(analysis["real"]["reordering"])],
-         ["this set", _number(analysis["complexity"]), _number(analysis["faithfulness"]),
-          analysis.get("words_losing_all", "-"), _number(analysis["reordering"])]]),
+        ["set", *(column.label for _, column in columns)],
+        [[real["name"], *("-" if m.relative else _number(real.get(m.name), c.format) for m, c in columns)],
+         ["this set", *(_number(analysis.get(m.name), c.format) for m, c in columns)]]),
         "Signatures: " + "; ".join(f"`{s}`" for s in analysis["signatures"].values()) + "\n"]
-    real = analysis["real"]
     out += ["### Source words by frequency in the real data", "", frequency_markdown(
         [(real["name"], real["frequency_buckets"]), ("this set", analysis["frequency_buckets"])])]
     return out
@@ -244,10 +255,11 @@ def write_card(distilled: DistilledSet, card: dict, scores: SentenceScores) -> N
 
 
 def refresh_card(directory: str | Path, *, reference: str | Path | None = None, analysis: dict | None = None,
-                 frs: np.ndarray | None = None, teacher_valid_bleu: float | None = None) -> DistilledSet:
-    """Rewrite a set's card (and scores.tsv, with ``frs`` as its FRS column) from its files; what is not
-    given (``analysis``, the teacher's validation BLEU) is kept from the card already there. The set's
-    scores.tsv is computed from the texts if missing (without the teacher's log-probability)."""
+                 line_scores: dict[str, np.ndarray] | None = None,
+                 teacher_valid_bleu: float | None = None) -> DistilledSet:
+    """Rewrite a set's card (and scores.tsv, with ``line_scores``' columns: the report's per-line measures) from
+    its files; what is not given (``analysis``, the teacher's validation BLEU) is kept from the card already
+    there. The set's scores.tsv is computed from the texts if missing (without the teacher's log-probability)."""
     distilled = DistilledSet(directory)
     meta = distilled.meta()
     if meta is None:
@@ -265,9 +277,9 @@ def refresh_card(directory: str | Path, *, reference: str | Path | None = None, 
         scores.settings = SentenceScorer().settings
     else:
         scores = SentenceScorer().score(target, references)
-    if frs is not None:
-        scores = scores.with_column("frs", frs)
-    if frs is not None or not distilled.scores_file.is_file():
+    for name, values in (line_scores or {}).items():
+        scores = scores.with_column(name, values)
+    if line_scores or not distilled.scores_file.is_file():
         scores.write(distilled.scores_file)
     previous = json.loads(distilled.card_json.read_text(encoding="utf-8")) if distilled.card_json.is_file() else {}
     card = build_card(meta, source=source, reference=references, target=target, scores=scores,

@@ -11,27 +11,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from nat_kd import __version__, markdown
 from nat_kd.analysis.align import RECOMMENDED, AlignerOptions
-from nat_kd.analysis.card import frequency_markdown, refresh_card
-from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
-from nat_kd.analysis.metrics.base import Signature, TokenizedPairs, parallel_lines, unit_name
-from nat_kd.analysis.metrics.bleu import BleuStatistics, streamed_bleu
-from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR, InterpolatedFaithfulness, missing_mass
-from nat_kd.analysis.metrics.frequency import DEFAULT_BUCKETS, Vocabulary, frequency_table, linked_pairs
-from nat_kd.analysis.metrics.reordering import line_scores
-from nat_kd.analysis.metrics.surface import surface_stats
+from nat_kd.analysis.card import card_analysis, frequency_markdown, refresh_card
+from nat_kd.analysis.metrics import MEASURES, MeasuredSet, MeasureSettings, UnigramModels, align_corpus, shown
+from nat_kd.analysis.metrics.base import DETAILS, MODES, REPORT, Measure, unit_name
+from nat_kd.analysis.metrics.bleu import BleuStatistics
+from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR
+from nat_kd.analysis.metrics.frequency import DEFAULT_BUCKETS
 from nat_kd.analysis.plotting import plot_complexity_faithfulness, plot_mode_mix
 from nat_kd.analysis.tokenizers import Tokenizer
 from nat_kd.artifacts import DistilledSet
 from nat_kd.atomic import write_text
-from nat_kd.corpus import CorpusError, iter_lines, read_lines, split_file
+from nat_kd.corpus import CorpusError, iter_lines, split_file
 
 
 @dataclass
@@ -85,15 +80,17 @@ class Report:
     rows: list[dict]
     signature: dict
     languages: list[str] = field(default_factory=list)
-    metric_signatures: dict = field(default_factory=dict)  # C(d), F(d), FRS: each its sacrebleu-style signature
-    sentence_frs: dict = field(default_factory=dict)  # set name -> each line's FRS (NaN: dropped or < 2 words)
+    metric_signatures: dict = field(default_factory=dict)  # measure -> its own signature (C(d), F(d), FRS)
+    # set name -> scores.tsv column -> each line's score (FRS: NaN where dropped or < 2 aligned words)
+    line_scores: dict = field(default_factory=dict)
 
-    COLUMNS = (("name", "set", ""), ("strategy", "strategy", ""), ("sentences", "pairs", ""),
-               ("complexity", "C(d)", ".4f"), ("faithfulness", "F(d)", ".4f"), ("words_losing_all", "words losing every translation", ""),
-               ("reordering", "FRS", ".4f"), ("bleu", "BLEU", ".2f"), ("length_ratio", "len ratio", ".3f"))
+    HEAD = (("name", "set", ""), ("strategy", "strategy", ""), ("sentences", "pairs", ""))
 
     def to_markdown(self) -> str:
-        columns = list(self.COLUMNS) + ([("mode_purity", "purity", ".3f")] if self.languages else [])
+        """The table of every measure the report shows (those the rows hold), then the mode mix, the frequency
+        buckets and the settings."""
+        measured = [(m.name, c.label, c.format) for m, c in shown(REPORT) if any(m.name in row for row in self.rows)]
+        columns = [*self.HEAD, *measured]
         lines = [markdown.table([title for _, title, _ in columns],
                                 [[markdown.cell(row.get(key), spec) for key, _, spec in columns]
                                  for row in self.rows]).rstrip("\n")]
@@ -129,153 +126,95 @@ class Report:
         return paths
 
     def refresh_cards(self, real: DataSet, sets: list[DataSet]) -> list[Path]:
-        """Each distilled set folder's card (with this report's C(d), F(d), FRS and frequency buckets) and its
-        scores.tsv (with each line's FRS); returns the folders refreshed."""
+        """Each distilled set folder's card (with this report's measures and frequency buckets) and its scores.tsv
+        (with each line's per-line measures, FRS); returns the folders refreshed."""
         rows = {row["name"]: row for row in self.rows}
-        real_row, done = rows[real.name], []
+        done = []
         for data in sets:
             if data.directory is None:
                 continue
-            row = rows[data.name]
-            analysis = {key: row[key] for key in ("complexity", "faithfulness", "words_losing_all", "reordering",
-                                                  "frequency_buckets")}
-            analysis["real"] = {"name": real.name, **{key: real_row[key] for key in
-                                                       ("complexity", "reordering", "frequency_buckets")}}
-            analysis["signatures"] = self.metric_signatures
-            refresh_card(data.directory, reference=real.tgt, analysis=analysis, frs=self.sentence_frs[data.name])
+            analysis = card_analysis(rows[data.name], rows[real.name], self.metric_signatures)
+            refresh_card(data.directory, reference=real.tgt, analysis=analysis,
+                         line_scores=self.line_scores[data.name])
             done.append(data.directory)
         return done
 
 
 class AnalysisReport:
-    """Align every set with the same tokeniser and aligner settings, then score them all."""
+    """Align every set with the same tokeniser and aligner settings, then measure each with every registered
+    measure whose needs the report meets (``nat_kd.analysis.metrics.MEASURES``)."""
+
+    needs = {None}  # the measures' needs it meets (with --lang texts, MODES too)
 
     def __init__(self, tokenizer: Tokenizer, options: AlignerOptions = RECOMMENDED, aligner: str = "builtin",
                  log_base: str = "e", floor: float = DEFAULT_FLOOR, mode_texts: dict[str, list[str]] | None = None,
-                 drop_empty: bool = False, buckets: list[int] = DEFAULT_BUCKETS):
-        self.tokenizer, self.options, self.aligner, self.drop_empty = tokenizer, options, aligner, drop_empty
-        self.buckets = list(buckets)
-        self.complexity = Complexity(log_base)
-        self.faithfulness = Faithfulness(log_base, floor)
-        self.reordering = Reordering()
-        self.modes = None
-        if mode_texts:
-            models = UnigramModels.from_texts({lang: tokenizer.corpus(t) for lang, t in mode_texts.items()})
-            self.modes = Modes(models)
+                 drop_empty: bool = False, buckets: list[int] = DEFAULT_BUCKETS, **details):
+        """``details``: the detailed report's settings (``MeasureSettings``' floors, interpolation, repeat_n)."""
+        self.tokenizer, self.options, self.aligner = tokenizer, options, aligner
+        models = (UnigramModels.from_texts({lang: tokenizer.corpus(t) for lang, t in mode_texts.items()})
+                  if mode_texts else None)
+        self.settings = MeasureSettings(tokenizer, drop_empty, log_base, floor, tuple(buckets), modes=models,
+                                        **details)
+        needs = self.needs | ({MODES} if models else set())
+        self.measures: list[Measure] = [measure(self.settings) for measure in MEASURES.values()
+                                        if measure.needs in needs]
 
     def run(self, real: DataSet, distilled: list[DataSet]) -> Report:
         names = [real.name] + [d.name for d in distilled]
         if len(set(names)) != len(names):
             raise CorpusError(f"set names must differ, got {names}; name them with --set NAME=... or meta.json")
         # the real data's row comes first: it sets the source-word counts and the linked pairs others are held to
-        self._vocabularies, self._frs = (Vocabulary(), Vocabulary()), {}
-        self._source_counts, self._real_links = None, None
-        real_aligned = self._align(real)
-        real_table = real_aligned.result.exported_table()
-        rows = [self._row(real, real, real_aligned, real_table)]
-        for data in distilled:
-            rows.append(self._row(data, real, self._align(data), real_table))
-        bleu_sig = BleuStatistics(self.tokenizer.lowercase).signature()
-        settings, log = real_aligned.settings, self.complexity.log_base
-        signature = {**settings, "log": log, "floor": self.faithfulness.floor,
-                     "frs": "drop-unaligned,leftmost-target", "bleu": bleu_sig, "nat_kd": __version__,
-                     "frequency_buckets": f"real-source-count>={','.join(map(str, self.buckets))},pairs:viterbi-links"}
-        metric_signatures = {
-            "complexity": str(Signature("complexity", {**settings, "log": log})),
-            "faithfulness": str(Signature("faithfulness", {**settings, "log": log, "floor": self.faithfulness.floor})),
-            "reordering": str(Signature("reordering", {**settings, "frs": "drop-unaligned,leftmost-target"}))}
-        return Report(rows, signature, self.modes.models.languages if self.modes else [], metric_signatures,
-                      self._frs)
+        measured_real = self._measured(real)
+        rows, line_scores = [], {}
+        for data in [real, *distilled]:
+            measured = measured_real if data is real else self._measured(data, measured_real)
+            rows.append(self._row(data, measured))
+            line_scores[data.name] = {m.line_column: m.line_scores(measured) for m in self.measures if m.line_column}
+        settings = measured_real.aligned.settings
+        signed = [m for m in self.measures if m.signature_settings()]
+        buckets = ",".join(map(str, self.settings.buckets))
+        signature = {**settings, **{k: v for m in signed for k, v in m.signature_settings().items()},
+                     "bleu": BleuStatistics(self.tokenizer.lowercase).signature(), "nat_kd": __version__,
+                     "frequency_buckets": f"real-source-count>={buckets},pairs:viterbi-links"}
+        return Report(rows, signature, self.settings.modes.languages if self.settings.modes else [],
+                      {m.name: str(m.signature(settings)) for m in signed}, line_scores)
 
-    def _align(self, data: DataSet):
-        return align_corpus(iter_lines(data.src), iter_lines(data.tgt), self.tokenizer, self.options, self.aligner,
-                            (str(data.src), str(data.tgt)), self.drop_empty)
+    def _measured(self, data: DataSet, real: MeasuredSet | None = None) -> MeasuredSet:
+        aligned = align_corpus(iter_lines(data.src), iter_lines(data.tgt), self.tokenizer, self.options, self.aligner,
+                               (str(data.src), str(data.tgt)), self.settings.drop_empty)
+        return MeasuredSet(data.name, data.src, data.tgt, aligned, self.settings, real)
 
-    def _bleu(self, data: DataSet, real: DataSet):
-        """Corpus BLEU of the set's targets against the real ones, streamed: no whole text is held."""
-        lines = parallel_lines(iter_lines(data.tgt), iter_lines(real.tgt), (str(data.tgt), str(real.tgt)))
-        return streamed_bleu(lines, self.tokenizer.lowercase)
+    def _row(self, data: DataSet, measured: MeasuredSet) -> dict:
+        """The set's report row (report.json's order): its name and counts, the measures that need nothing, its
+        files, then the measures that need MODES or DETAILS."""
+        def scores(need):
+            return {m.name: m.corpus_score(measured) for m in self.measures if m.needs == need}
 
-    def _linked(self, data: DataSet, aligned) -> tuple[np.ndarray, Counter]:
-        """The set's linked word pairs (``frequency.linked_pairs``) and its source-word counts, from the tokens
-        the aligner saw (tokenised again, a block at a time)."""
-        names, counts = (str(data.src), str(data.tgt)), Counter()
-
-        def counted():
-            for src, tgt in TokenizedPairs(parallel_lines(iter_lines(data.src), iter_lines(data.tgt), names),
-                                           self.tokenizer, names, self.drop_empty):
-                counts.update(src)
-                yield src, tgt
-
-        return linked_pairs(counted(), aligned.result.alignment_shards(), *self._vocabularies), counts
-
-    def _row(self, data: DataSet, real: DataSet, aligned, real_table) -> dict:
-        table = aligned.result.exported_table()
-        complexity = self.complexity.table_score(table)
-        faithfulness = self.faithfulness.table_score(real_table, table)  # same settings by construction
-        reordering = self.reordering.corpus_score(aligned.result.alignment_shards())
-        bleu = self._bleu(data, real)
-        links, counts = self._linked(data, aligned)
-        if self._source_counts is None:
-            self._source_counts, self._real_links = counts, links
-        source_ids = self._vocabularies[0].ids
-        buckets = frequency_table({source_ids[w]: c for w, c in self._source_counts.items()}, self.buckets,
-                                  self._real_links, links, complexity.by_frequency(self._source_counts, self.buckets))
-        self._frs[data.name] = line_scores(aligned, reordering.sentences)
-        row = {"name": data.name, "strategy": data.strategy, "sentences": aligned.pairs,
-               "dropped_empty": aligned.dropped_empty,
-               "complexity": complexity.score,
-               "faithfulness": faithfulness.score, "missing_words": faithfulness.missing_words,
-               "reordering": reordering.score,
-               "frequency_buckets": [b.as_dict() for b in buckets],
-               # the frequency table's last column, summed: "missing_words" (source words absent from the
-               # distilled table) is 0 whenever the sources are the real ones, and says nothing of translations
-               "words_losing_all": sum(b.words_losing_all for b in buckets),
-               "bleu": bleu.score, "length_ratio": bleu.sys_len / bleu.ref_len if bleu.ref_len else float("nan"),
-               "src": str(data.src), "tgt": str(data.tgt)}
-        if self.modes:
-            score = self.modes.corpus_score(self.tokenizer.corpus(read_lines(data.tgt)))
-            row.update(mode_purity=score.mean_purity, mode_mix=score.mix, mode_unknown=score.unknown)
-        return row
+        return {"name": data.name, "strategy": data.strategy, "sentences": measured.aligned.pairs,
+                "dropped_empty": measured.aligned.dropped_empty, **scores(None), "src": str(data.src),
+                "tgt": str(data.tgt), **scores(MODES), **scores(DETAILS)}
 
 
 class DetailedAnalysisReport(AnalysisReport):
     """The report's measures plus what tells a small corpus apart from the paper's: C(d) within buckets of
     source-word frequency (counted in the real data) and weighted by token count, F(d) at several smoothing
     floors, with the real mass that the floor prices, and interpolated with a unigram instead of floored,
-    the targets' word types and tokens, and the share of targets with a repeated n-gram."""
+    the targets' word types and tokens, and the share of targets with a repeated n-gram (the measures that
+    need DETAILS)."""
+
+    needs = {None, DETAILS}
 
     def __init__(self, tokenizer: Tokenizer, *, buckets: list[int], floors: list[float], interpolation: float,
                  repeat_n: list[int], **kwargs):
-        super().__init__(tokenizer, buckets=buckets, **kwargs)
-        self.repeat_n = list(repeat_n)
-        self.floored = [Faithfulness(self.complexity.log_base, floor) for floor in floors]
-        self.interpolated = InterpolatedFaithfulness(interpolation, self.complexity.log_base)
+        super().__init__(tokenizer, buckets=buckets, floors=tuple(floors), interpolation=interpolation,
+                         repeat_n=tuple(repeat_n), **kwargs)
 
     def run(self, real: DataSet, distilled: list[DataSet]) -> Report:
         report = super().run(real, distilled)
         report.signature |= {
-            "complexity_buckets": f"real-source-count>={','.join(map(str, self.buckets))}",
+            "complexity_buckets": f"real-source-count>={','.join(map(str, self.settings.buckets))}",
             "complexity_token_weighted": "weight:real-source-token-count",
-            "faithfulness_interpolated": f"interpolate({self.interpolated.lam},add-one-unigram-of-distilled-targets)",
-            "repeated_ngram": f"n:{','.join(map(str, self.repeat_n))},target-side,tokenised-as-above"}
+            "faithfulness_interpolated": f"interpolate({self.settings.interpolation},"
+                                         "add-one-unigram-of-distilled-targets)",
+            "repeated_ngram": f"n:{','.join(map(str, self.settings.repeat_n))},target-side,tokenised-as-above"}
         return report
-
-    def _row(self, data: DataSet, real: DataSet, aligned, real_table) -> dict:
-        row = super()._row(data, real, aligned, real_table)
-        # the tokens the aligner saw, held in memory: these measures are for corpora of Multi30k's size
-        names = (str(data.src), str(data.tgt))
-        pairs = list(TokenizedPairs(parallel_lines(iter_lines(data.src), iter_lines(data.tgt), names),
-                                    self.tokenizer, names, self.drop_empty))
-        table = aligned.result.exported_table()
-        complexity = self.complexity.table_score(table)
-        surface = surface_stats([" ".join(tgt) for _, tgt in pairs], self.repeat_n)
-        target_counts = Counter(w for _, tgt in pairs for w in tgt)
-        row.update(
-            complexity_token_weighted=complexity.token_weighted(self._source_counts),
-            complexity_buckets=complexity.by_frequency(self._source_counts, self.buckets),
-            faithfulness_floors={str(f.floor): f.table_score(real_table, table).score for f in self.floored},
-            missing_mass=missing_mass(real_table, table),
-            faithfulness_interpolated=self.interpolated.table_score(real_table, table, target_counts).score,
-            **surface.as_dict())
-        return row

@@ -11,6 +11,8 @@ import math
 import statistics
 from pathlib import Path
 
+from nat_kd.analysis.metrics import shown
+from nat_kd.analysis.metrics.base import CENTRAL, CORRELATION
 from nat_kd.analysis.plotting import legend_outside, plt, save_figure, scatter_sets, set_style
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.corpus import read_lines
@@ -29,13 +31,6 @@ PAPER_NOTE = ("Paper: Zhou, Gu & Neubig (ICLR 2020), WMT14 en-de, AT-base teache
               "another student), so its BLEU is left out here.")
 BOOTSTRAP_SAMPLES = 1000  # sacrebleu's default; its seed is fixed (12345), so the p-values are reproducible
 
-# (key in the analysis row, label): the measures correlated with the student's test BLEU
-MEASURES = [("complexity", "C(d), paper (mean over types)"), ("complexity_token_weighted", "C(d), token-weighted"),
-            ("faithfulness", "F(d), floor 1e-9"), ("faithfulness_interpolated", "F(d), interpolated"),
-            ("missing_mass", "real mass missing"), ("reordering", "FRS"), ("bleu", "BLEU vs real"),
-            ("length_ratio", "length ratio vs real")]
-
-
 def measure(row: dict, key: str):
     if key.startswith("bucket:"):
         bucket = key.split(":", 1)[1]
@@ -44,9 +39,12 @@ def measure(row: dict, key: str):
 
 
 def data_measures(rows: list[dict]) -> list[tuple[str, str]]:
+    """(key, label) of the measures correlated with the student's test BLEU: those of the registry's CORRELATION
+    table, then C(d) within each source-frequency bucket; only those that every row holds."""
+    registered = [(m.name, column.label) for m, column in shown(CORRELATION)]
     buckets = [(f"bucket:{b['bucket']}", f"C(d), source words seen {b['bucket']}")
                for b in (rows[0].get("complexity_buckets", []) if rows else [])]
-    return [(k, label) for k, label in MEASURES + buckets if rows and all(measure(r, k) is not None for r in rows)]
+    return [(k, label) for k, label in registered + buckets if rows and all(measure(r, k) is not None for r in rows)]
 
 
 def _family(cfg: StudyConfig) -> str:
@@ -164,25 +162,21 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
         others = {r["label"]: read_lines(r["hypotheses"]) for r in rows
                   if r is not base and r["hypotheses"] and Path(r["hypotheses"]).is_file()}
         p_values = paired_bootstrap(read_lines(base["hypotheses"]), others, references)
-    body = []
+    columns, body = shown(CENTRAL), []
     for r in rows:
         a, paper = r["analysis"], PAPER.get(r["strategy"], (None, None, None))
         gap = r["test"] - base["test"] if base and r["test"] is not None and base["test"] is not None else None
         gap_cell = "-" if gap is None or r is base else f"{gap:+.2f}"
         if gap is not None and r is not base and sd is not None:
             gap_cell += f" (seed sd {sd:.2f})"
-        body.append([r["label"], r["strategy"], cell(a.get("complexity"), ".3f"),
-                     cell(a.get("complexity_token_weighted"), ".3f"), cell(a.get("faithfulness"), ".3f"),
-                     cell(a.get("faithfulness_interpolated"), ".3f"), cell(a.get("reordering"), ".3f"),
-                     cell(a.get("bleu"), ".2f"), cell(a.get("length_ratio"), ".3f"), cell(r["valid"], ".2f"),
-                     cell(r["test"], ".2f"), gap_cell,
+        body.append([r["label"], r["strategy"], *(cell(a.get(m.name), column.format) for m, column in columns),
+                     cell(r["valid"], ".2f"), cell(r["test"], ".2f"), gap_cell,
                      "baseline" if r is base else cell(p_values.get(r["label"]), ".4f"),
                      cell(paper[0], ".3f"), cell(paper[1], ".3f"), cell(paper[2], ".1f")])
     parts = [f"## The central table: which training data makes the best {family} student\n",
-             table(["training set", "decoding", "C(d) paper", "C(d) token-weighted", "F(d) 1e-9", "F(d) interp.",
-                    "FRS", "BLEU vs real", "length ratio", "student valid BLEU", "student test BLEU",
-                    f"test gap to {beam}", "paired bootstrap p", "paper C(d)", "paper F(d)", "paper student BLEU"],
-                   body),
+             table(["training set", "decoding", *(column.label for _, column in columns), "student valid BLEU",
+                    "student test BLEU", f"test gap to {beam}", "paired bootstrap p", "paper C(d)", "paper F(d)",
+                    "paper student BLEU"], body),
              f"Student: {family}, seed 1, checkpoint chosen on validation BLEU; test is test_2016_flickr. The gap is "
              f"test BLEU minus the {beam} student's; p: sacrebleu's paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) "
              f"of the student's test output against the {beam} student's ('-' where a test output is not on this "

@@ -13,6 +13,8 @@ from pathlib import Path
 from nat_kd import __version__, atomic
 from nat_kd.machine import available_cores
 from nat_kd.markdown import cell, table
+from nat_kd.analysis.metrics import shown
+from nat_kd.analysis.metrics.base import DECODING
 from nat_kd.analysis.plotting import (legend_outside, plot_complexity_faithfulness, plot_mode_mix, plt, save_figure,
                                       scatter_sets, set_style)
 
@@ -43,15 +45,14 @@ def decoding_table(cfg: StudyConfig, res: dict) -> str:
         replaced = res.get(f"mix.{m.name}", {}).get("replaced")
         mixes.append((m.name, teachers[m.of], f"mix of {m.of}" + ("" if replaced is None else
                                                                f" ({replaced:,} lines replaced)")))
-    rows = []
+    rows, columns = [], shown(DECODING)
     for name, teacher, strategy in ([("real", "-", "reference")] + [(d.name, d.teacher, d.strategy)
                                                                     for d in cfg.distilled] + mixes):
         a, d = analysis.get(name, {}), res.get(f"distil.{name}", {})
-        rows.append([name, teacher, strategy, cell(a.get("complexity"), ".4f"), cell(a.get("faithfulness"), ".4f"),
-                     cell(a.get("reordering"), ".4f"), cell(a.get("bleu"), ".2f"), cell(a.get("length_ratio"), ".3f"),
+        rows.append([name, teacher, strategy, *(cell(a.get(m.name), column.format) for m, column in columns),
                      cell(d.get("sentences_per_second"), ".1f")])
-    return table(["training set", "teacher", "decoding", "complexity C(d)", "faithfulness F(d)", "FRS",
-                   "BLEU vs real", "length ratio", "distil sent/s"], rows)
+    return table(["training set", "teacher", "decoding", *(column.label for _, column in columns), "distil sent/s"],
+                 rows)
 
 
 def data_labels(cfg: StudyConfig) -> list[str]:

@@ -1,17 +1,28 @@
-"""Shared pieces of the metrics: the settings signature, and raw text -> tokens -> fast_align results."""
+"""Shared pieces of the metrics: the settings signature, raw text -> tokens -> fast_align results, and the
+contract of a measure (``Measure``: what a report measures of each training set, and the tables that show it).
+"""
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from nat_kd import __version__
 from nat_kd.analysis.align import RECOMMENDED, AlignerOptions, AlignmentResult, FastAlign, run_fast_align_binary
-from nat_kd.analysis.formats import check_pair
-from nat_kd.corpus import CorpusError
+from nat_kd.analysis.formats import TranslationTable, check_pair
+from nat_kd.corpus import CorpusError, iter_lines
 from nat_kd.errors import SettingsError
 from nat_kd.analysis.tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from nat_kd.analysis.metrics.modes import UnigramModels
 
 ALIGNERS = ("builtin", "fast_align")
 
@@ -46,6 +57,12 @@ def log_base_divisor(log_base: str) -> float:
     if log_base == "2":
         return math.log(2)
     raise SettingsError(f"log base must be 'e' (nats) or '2' (bits), not {log_base!r}")
+
+
+def check_floor(floor: float) -> None:
+    """A smoothing floor is a probability that an unseen pair keeps: in (0, 1)."""
+    if not 0 < floor < 1:
+        raise SettingsError("the smoothing floor must be in (0, 1)")
 
 
 @dataclass
@@ -139,3 +156,116 @@ def align_line_pairs(lines: Iterable[tuple[str, str]], tokenizer: Tokenizer,
     if drop_empty:
         settings["drop_empty"] = "yes"
     return AlignedCorpus(result, settings, pairs.pairs, pairs.dropped, pairs.dropped_lines)
+
+
+# The tables that show measures (``Measure.tables``): the analysis report's (report.md), the dataset card's
+# data measures, nat_kd.choose's ranking, and the study's tables (nat_kd.study): the central table, its
+# correlations with the students' BLEU (row labels and figure axes), the table of its training sets
+REPORT, CARD, RANKING, CENTRAL, CORRELATION, DECODING = "report", "card", "ranking", "central", "correlation", \
+    "decoding"
+# What a measure may need beyond the aligned corpora (``Measure.needs``): per-language texts (analyze report
+# --lang), or the detailed report's settings (DetailedAnalysisReport)
+MODES, DETAILS = "modes", "details"
+
+
+@dataclass(frozen=True)
+class Column:
+    """How one table shows a measure: its header and number format (None: the measure's own), and, where the
+    table puts it elsewhere than the registry's order, the measure whose column it stands before."""
+
+    label: str | None = None
+    format: str | None = None
+    before: str | None = None
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """A report's settings, as its measures read them. ``floors``, ``interpolation`` and ``repeat_n`` are the
+    detailed report's; ``modes`` the unigram models of the mode mix."""
+
+    tokenizer: Tokenizer
+    drop_empty: bool
+    log_base: str
+    floor: float
+    buckets: tuple[int, ...]
+    floors: tuple[float, ...] = ()
+    interpolation: float | None = None
+    repeat_n: tuple[int, ...] = ()
+    modes: UnigramModels | None = None
+
+    def __post_init__(self):  # refused before anything is aligned
+        log_base_divisor(self.log_base)
+        for floor in (self.floor, *self.floors):
+            check_floor(floor)
+
+
+T = TypeVar("T")
+
+
+class MeasuredSet:
+    """One training set as measures see it: its text files, its aligned corpus, the report's settings, and the
+    real data's MeasuredSet (``real``: itself for the real data). What several measures need is computed once per
+    set (``once``); what every set of a report shares, once on the real data's."""
+
+    def __init__(self, name: str, src: Path, tgt: Path, aligned: AlignedCorpus, settings: MeasureSettings,
+                 real: MeasuredSet | None = None):
+        self.name, self.src, self.tgt, self.aligned, self.settings = name, src, tgt, aligned, settings
+        self.real = real or self
+        self._computed: dict[Callable, Any] = {}
+
+    @cached_property
+    def table(self) -> TranslationTable:
+        """The aligner's translation table (fast_align -p)."""
+        return self.aligned.result.exported_table()
+
+    def once(self, compute: Callable[[MeasuredSet], T]) -> T:
+        """``compute(self)``, computed on the first call only."""
+        if compute not in self._computed:
+            self._computed[compute] = compute(self)
+        return self._computed[compute]
+
+    def tokenized_pairs(self) -> TokenizedPairs:
+        """The tokens the aligner saw, tokenised again (a block of lines at a time)."""
+        names = (str(self.src), str(self.tgt))
+        return TokenizedPairs(parallel_lines(iter_lines(self.src), iter_lines(self.tgt), names),
+                              self.settings.tokenizer, names, self.settings.drop_empty)
+
+
+def pairs_in_memory(data: MeasuredSet) -> list[tuple[list[str], list[str]]]:
+    """The tokens the aligner saw, held in memory (``data.once(pairs_in_memory)``): for the detailed report's
+    measures, which are for corpora of Multi30k's size."""
+    return list(data.tokenized_pairs())
+
+
+class Measure(ABC):
+    """A number that describes a training set: one entry of an analysis report's rows, computed for the real data
+    and for every distilled set. sacrebleu's ``Metric`` is the model: a subclass sets the class attributes and
+    implements ``corpus_score``, and ``nat_kd.analysis.metrics.MEASURES`` registers it; the report, the card,
+    choose's ranking and the study's tables show it where its ``tables`` say (docs/extending.md)."""
+
+    name: ClassVar[str]  # its key in a report's rows (report.json), the card and the study's records
+    label: ClassVar[str]  # its column header, where a table gives it none of its own
+    format: ClassVar[str] = ""  # the format spec of its number there ("": as it is)
+    tables: ClassVar[Mapping[str, Column]] = {}  # table (REPORT, CARD, RANKING, ...) -> how that table shows it
+    needs: ClassVar[str | None] = None  # MODES or DETAILS: measured only by the reports that have them
+    relative: ClassVar[bool] = False  # measures a set against the real data, so none for the real data in the card
+    line_column: ClassVar[str | None] = None  # its per-line scores' column in scores.tsv (sentence.COLUMNS)
+
+    def __init__(self, settings: MeasureSettings):
+        self.settings = settings
+
+    @abstractmethod
+    def corpus_score(self, data: MeasuredSet) -> Any:
+        """Its value for one set: a number for the tables, or any JSON value for the report's details."""
+
+    def line_scores(self, data: MeasuredSet) -> np.ndarray:
+        """Each input line's score (NaN where it has none), for a measure with a ``line_column``."""
+        raise NotImplementedError(f"{self.name} has no per-line scores")
+
+    def signature_settings(self) -> dict:
+        """The settings its number depends on beyond the tokeniser and the aligner; a measure with some carries a
+        signature of its own (``signature``) in the report and the card."""
+        return {}
+
+    def signature(self, aligned_settings: dict) -> Signature:
+        return Signature(self.name, {**aligned_settings, **self.signature_settings()})

@@ -1,4 +1,5 @@
-"""sacrebleu's BLEU and chrF from each line's sufficient statistics, summed as the lines go by.
+"""sacrebleu's BLEU and chrF from each line's sufficient statistics, summed as the lines go by; and the report's
+BLEU and length ratio of a set's targets against the real ones.
 
 sacrebleu scores a corpus from integer statistics of each line (n-gram matches and totals, lengths) summed, so
 the sums of any split of the lines give its corpus_score exactly. They are kept per line (the sentence scores of
@@ -9,15 +10,17 @@ BLEU goes through sacrebleu's public API: ``sentence_score`` gives a line's stat
 ``sys_len``, ``ref_len``, ``counts`` and ``totals``), and the static ``BLEU.compute_bleu`` the score of summed
 ones. chrF has no public path to them (a CHRFScore keeps only its score), so ``ChrfStatistics`` wraps the two
 private methods that corpus_score itself runs; sacrebleu is pinned (scripts/constraints.txt), and the tests
-hold both classes equal to corpus_score.
+hold both classes equal to corpus_score. sacrebleu is imported where it is used, as the report's other
+measures need none of it.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
-import sacrebleu
-
-from nat_kd.corpus import CorpusError
+from nat_kd.analysis.metrics.base import (CENTRAL, CORRELATION, DECODING, RANKING, REPORT, Column, Measure,
+                                          MeasuredSet, parallel_lines)
+from nat_kd.corpus import CorpusError, iter_lines
 
 
 class BleuStatistics:
@@ -25,6 +28,8 @@ class BleuStatistics:
     reference length, matches of 1..4-grams, totals of 1..4-grams]``."""
 
     def __init__(self, lowercase: bool = False, effective_order: bool = False):
+        import sacrebleu
+
         self.metric = sacrebleu.BLEU(lowercase=lowercase, effective_order=effective_order)
         # a line's statistics do not depend on the effective order (its score does), and sentence_score warns
         # on every line scored without it
@@ -53,6 +58,8 @@ class ChrfStatistics:
     reference's n-grams and their matches."""
 
     def __init__(self):
+        import sacrebleu
+
         self.metric = sacrebleu.CHRF()
 
     def lines(self, hypotheses: Sequence[str], references: Sequence[str]) -> list[list[int]]:
@@ -89,3 +96,35 @@ def streamed_bleu(pairs: Iterable[tuple[str, str]], lowercase: bool = False):
     lines."""
     bleu = BleuStatistics(lowercase)
     return bleu.score(summed(bleu.line(h, r) for h, r in pairs))
+
+
+def bleu_against_real(data: MeasuredSet):
+    """The set's targets against the real ones, as the report's tokeniser cases them."""
+    names = (str(data.tgt), str(data.real.tgt))
+    return streamed_bleu(parallel_lines(iter_lines(data.tgt), iter_lines(data.real.tgt), names),
+                         data.settings.tokenizer.lowercase)
+
+
+VS_REAL = Column("BLEU vs real")
+
+
+class BleuVsReal(Measure):
+    """Corpus BLEU of the set's targets against the real targets."""
+
+    name, label, format, relative = "bleu", "BLEU", ".2f", True
+    tables = {REPORT: Column(), RANKING: VS_REAL, CENTRAL: VS_REAL, DECODING: VS_REAL, CORRELATION: VS_REAL}
+
+    def corpus_score(self, data: MeasuredSet) -> float:
+        return data.once(bleu_against_real).score
+
+
+class LengthRatio(Measure):
+    """The set's target length over the real one's, in BLEU's tokens over the whole corpus."""
+
+    name, label, format, relative = "length_ratio", "len ratio", ".3f", True
+    tables = {REPORT: Column(), RANKING: Column("length ratio", before="bleu"), CENTRAL: Column("length ratio"),
+              DECODING: Column("length ratio"), CORRELATION: Column("length ratio vs real")}
+
+    def corpus_score(self, data: MeasuredSet) -> float:
+        bleu = data.once(bleu_against_real)
+        return bleu.sys_len / bleu.ref_len if bleu.ref_len else math.nan

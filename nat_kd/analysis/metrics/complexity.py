@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from nat_kd.analysis.formats import TranslationTable
-from nat_kd.analysis.metrics.base import AlignedCorpus, Signature, log_base_divisor, unit_name
+from nat_kd.analysis.metrics.base import (CARD, CENTRAL, CORRELATION, DECODING, RANKING, REPORT, AlignedCorpus, Column,
+                                          Measure, MeasuredSet, Signature, log_base_divisor, unit_name)
 
 
 def row_entropies(table: TranslationTable) -> tuple[np.ndarray, np.ndarray]:
@@ -85,3 +86,23 @@ class Complexity:
     def corpus_score(self, aligned: AlignedCorpus) -> ComplexityScore:
         """C(d) of an aligned corpus (see ``nat_kd.analysis.metrics.align_corpus``), from its exported table."""
         return self.table_score(aligned.result.exported_table(), aligned.settings)
+
+
+def complexity_score(data: MeasuredSet) -> ComplexityScore:
+    """The set's C(d) with every word's entropy, for the measures that read it."""
+    return Complexity(data.settings.log_base).table_score(data.table)
+
+
+class TypeComplexity(Measure):
+    """C(d) as the paper defines it: the mean entropy over source word types."""
+
+    name, label, format = "complexity", "C(d)", ".4f"
+    tables = {REPORT: Column(), CARD: Column(), RANKING: Column("C(d) paper", ".3f"),
+              CENTRAL: Column("C(d) paper", ".3f"), DECODING: Column("complexity C(d)"),
+              CORRELATION: Column("C(d), paper (mean over types)")}
+
+    def corpus_score(self, data: MeasuredSet) -> float:
+        return data.once(complexity_score).score
+
+    def signature_settings(self) -> dict:
+        return {"log": self.settings.log_base}

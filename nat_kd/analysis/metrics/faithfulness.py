@@ -11,13 +11,15 @@ pair):
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
-
 from nat_kd.analysis.formats import TranslationTable
-from nat_kd.analysis.metrics.base import AlignedCorpus, Signature, log_base_divisor, unit_name
+from nat_kd.analysis.metrics.base import (CARD, CENTRAL, CORRELATION, DECODING, DETAILS, RANKING, REPORT, AlignedCorpus,
+                                          Column, Measure, MeasuredSet, Signature, check_floor, log_base_divisor,
+                                          pairs_in_memory, unit_name)
 from nat_kd.errors import SettingsError
 
 DEFAULT_FLOOR = 1e-9
@@ -80,8 +82,7 @@ class Faithfulness:
     """F(d) of a distilled table against the real one."""
 
     def __init__(self, log_base: str = "e", floor: float = DEFAULT_FLOOR):
-        if not 0 < floor < 1:
-            raise SettingsError("the smoothing floor must be in (0, 1)")
+        check_floor(floor)
         self.log_base, self.floor = log_base, floor
         self.divisor = log_base_divisor(log_base)
 
@@ -142,3 +143,63 @@ class InterpolatedFaithfulness:
         return FaithfulnessScore(float(kl.mean()) if len(kl) else float("nan"), len(present),
                                  int((~row_in_q[present]).sum()), [p.rows[r] for r in present[order]], kl[order],
                                  signature)
+
+
+def floored_score(data: MeasuredSet) -> FaithfulnessScore:
+    """The set's F(d) at the report's floor, for the measures that read it."""
+    return Faithfulness(data.settings.log_base, data.settings.floor).table_score(data.real.table, data.table)
+
+
+class FlooredFaithfulness(Measure):
+    """F(d) as the paper defines it: the distilled rows floored where they lack a pair of the real ones."""
+
+    name, label, format, relative = "faithfulness", "F(d)", ".4f", True
+    tables = {REPORT: Column(), CARD: Column(), CENTRAL: Column("F(d) 1e-9", ".3f"),
+              DECODING: Column("faithfulness F(d)"), CORRELATION: Column("F(d), floor 1e-9")}
+
+    def corpus_score(self, data: MeasuredSet) -> float:
+        return data.once(floored_score).score
+
+    def signature_settings(self) -> dict:
+        return {"log": self.settings.log_base, "floor": self.settings.floor}
+
+
+class MissingWords(Measure):
+    """The real source words absent from the set's table, each priced at the floor in F(d)."""
+
+    name, label, relative = "missing_words", "words missing from the table", True
+
+    def corpus_score(self, data: MeasuredSet) -> int:
+        return data.once(floored_score).missing_words
+
+
+class FaithfulnessByFloor(Measure):
+    """F(d) at each of the detailed report's floors (floor -> F(d))."""
+
+    name, label, relative, needs = "faithfulness_floors", "F(d) by floor", True, DETAILS
+
+    def corpus_score(self, data: MeasuredSet) -> dict[str, float]:
+        return {str(floor): Faithfulness(self.settings.log_base, floor).table_score(data.real.table, data.table).score
+                for floor in self.settings.floors}
+
+
+class MissingMass(Measure):
+    """The real translation probability on pairs the set's table lacks (``missing_mass``)."""
+
+    name, label, format, relative, needs = "missing_mass", "real mass missing", ".3f", True, DETAILS
+    tables = {CORRELATION: Column()}
+
+    def corpus_score(self, data: MeasuredSet) -> float:
+        return missing_mass(data.real.table, data.table)
+
+
+class UnigramFaithfulness(Measure):
+    """F(d) with the distilled rows interpolated with the unigram of its targets (``InterpolatedFaithfulness``)."""
+
+    name, label, format, relative, needs = "faithfulness_interpolated", "F(d) interp.", ".3f", True, DETAILS
+    tables = {RANKING: Column(), CENTRAL: Column(), CORRELATION: Column("F(d), interpolated", before="missing_mass")}
+
+    def corpus_score(self, data: MeasuredSet) -> float:
+        target_counts = Counter(w for _, tgt in data.once(pairs_in_memory) for w in tgt)
+        return InterpolatedFaithfulness(self.settings.interpolation, self.settings.log_base).table_score(
+            data.real.table, data.table, target_counts).score

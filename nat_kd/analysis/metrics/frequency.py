@@ -7,15 +7,22 @@ word y in at least one sentence (types, not tokens: a pair linked 40 times count
 pairs whose x falls in a bucket, ``kept`` is the share that the distilled data links too; a source word
 *loses every translation* when it has linked pairs in the real data and none of them is linked in the
 distilled data (whether the distilled data links it to other words, or to none).
+
+Its measures: the bucket table, the words losing every translation summed over it, and C(d) within the buckets
+and weighted by the real data's source-token counts.
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from nat_kd.analysis.formats import Alignments
+from nat_kd.analysis.metrics.base import (CARD, CENTRAL, CORRELATION, DETAILS, RANKING, REPORT, Column, Measure,
+                                          MeasuredSet)
+from nat_kd.analysis.metrics.complexity import complexity_score
 
 DEFAULT_BUCKETS = (1, 2, 5, 20)  # lower edges: 1, 2-4, 5-19, 20+
 
@@ -98,3 +105,76 @@ def frequency_table(counts: dict[int, int] | dict[str, int], edges: list[int], r
             kept=float(kept[in_bucket].mean()) if in_bucket.any() else float("nan"),
             words_losing_all=int(((word_bucket == i) & ~survives).sum())))
     return rows
+
+
+def vocabularies(real: MeasuredSet) -> tuple[Vocabulary, Vocabulary]:
+    """The source and target vocabularies that every set of one report shares (computed once, on the real data's
+    MeasuredSet), so that their pair keys agree."""
+    return Vocabulary(), Vocabulary()
+
+
+def linked(data: MeasuredSet) -> tuple[np.ndarray, Counter]:
+    """The set's linked word pairs (``linked_pairs``) and its source-word counts, from the tokens the aligner saw.
+    The real data's come first (its row is measured first), and the other sets are held to them."""
+    counts = Counter()
+
+    def counted():
+        for src, tgt in data.tokenized_pairs():
+            counts.update(src)
+            yield src, tgt
+
+    return linked_pairs(counted(), data.aligned.result.alignment_shards(), *data.real.once(vocabularies)), counts
+
+
+def real_source_counts(data: MeasuredSet) -> Counter:
+    """Each source word's count in the real data."""
+    return data.real.once(linked)[1]
+
+
+def bucket_rows(data: MeasuredSet) -> list[BucketRow]:
+    """The set's ``frequency_table`` against the real data, with the report's bucket edges."""
+    real_links, counts = data.real.once(linked)
+    source_ids, edges = data.real.once(vocabularies)[0].ids, data.settings.buckets
+    return frequency_table({source_ids[w]: c for w, c in counts.items()}, edges, real_links, data.once(linked)[0],
+                           data.once(complexity_score).by_frequency(counts, edges))
+
+
+class SourceFrequencyBuckets(Measure):
+    """The bucket table: per bucket of source-word frequency, C(d), the real pairs kept, the words losing all."""
+
+    name, label = "frequency_buckets", "source words by their count in the real data"
+
+    def corpus_score(self, data: MeasuredSet) -> list[dict]:
+        return [row.as_dict() for row in data.once(bucket_rows)]
+
+
+class WordsLosingAll(Measure):
+    """The source words that lose every translation the real data links them to: the bucket table's last column,
+    summed. (``missing_words``, source words absent from the distilled table, is 0 whenever the sources are the
+    real ones, and says nothing of translations.)"""
+
+    name, label, relative = "words_losing_all", "words losing every translation", True
+    tables = {REPORT: Column(before="reordering"), CARD: Column(before="reordering")}
+
+    def corpus_score(self, data: MeasuredSet) -> int:
+        return sum(row.words_losing_all for row in data.once(bucket_rows))
+
+
+class TokenWeightedComplexity(Measure):
+    """C(d) over source tokens: each word's entropy weighted by its count in the real data
+    (``ComplexityScore.token_weighted``)."""
+
+    name, label, format, needs = "complexity_token_weighted", "C(d) token-weighted", ".3f", DETAILS
+    tables = {RANKING: Column(), CENTRAL: Column(), CORRELATION: Column("C(d), token-weighted")}
+
+    def corpus_score(self, data: MeasuredSet) -> float:
+        return data.once(complexity_score).token_weighted(real_source_counts(data))
+
+
+class ComplexityByFrequency(Measure):
+    """C(d) within each bucket of source-word frequency (``ComplexityScore.by_frequency``)."""
+
+    name, label, needs = "complexity_buckets", "C(d) by source-word frequency", DETAILS
+
+    def corpus_score(self, data: MeasuredSet) -> list[dict]:
+        return data.once(complexity_score).by_frequency(real_source_counts(data), data.settings.buckets)

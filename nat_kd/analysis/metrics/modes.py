@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nat_kd.analysis.metrics.base import Signature
+from nat_kd.analysis.metrics.base import MODES, REPORT, Column, Measure, MeasuredSet, Signature
+from nat_kd.corpus import read_lines
 
 
 class UnigramModels:
@@ -105,3 +106,36 @@ class Modes:
         prior = ",".join(f"{lang}={p:.3g}" for lang, p in zip(self.models.languages, self.models.prior))
         signature = Signature("modes", {**(settings or {}), "prior": prior})
         return ModesScore(self.models.languages, posteriors, int((n_known == 0).sum()), signature)
+
+
+def mode_score(data: MeasuredSet) -> ModesScore:
+    """The language posteriors of the set's targets, tokenised as the aligner saw them."""
+    return Modes(data.settings.modes).corpus_score(data.settings.tokenizer.corpus(read_lines(data.tgt)))
+
+
+class ModePurity(Measure):
+    """The mean purity of the set's targets: how surely each is in one language."""
+
+    name, label, format, needs = "mode_purity", "purity", ".3f", MODES
+    tables = {REPORT: Column()}
+
+    def corpus_score(self, data: MeasuredSet) -> float:
+        return data.once(mode_score).mean_purity
+
+
+class ModeMix(Measure):
+    """The mean posterior of each language over the set's targets."""
+
+    name, label, needs = "mode_mix", "mode mix", MODES
+
+    def corpus_score(self, data: MeasuredSet) -> dict[str, float]:
+        return data.once(mode_score).mix
+
+
+class ModeUnknown(Measure):
+    """The set's targets with no token any language's unigram model knows."""
+
+    name, label, needs = "mode_unknown", "targets in no language", MODES
+
+    def corpus_score(self, data: MeasuredSet) -> int:
+        return data.once(mode_score).unknown

@@ -19,7 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from nat_kd.analysis.formats import Alignments
-from nat_kd.analysis.metrics.base import AlignedCorpus, Signature
+from nat_kd.analysis.metrics.base import (CARD, CENTRAL, CORRELATION, DECODING, RANKING, REPORT, AlignedCorpus, Column,
+                                          Measure, MeasuredSet, Signature)
+
+# the conventions above, in every signature of an FRS
+CONVENTIONS = "drop-unaligned,leftmost-target"
 
 
 def sentence_scores(alignments: Alignments) -> np.ndarray:
@@ -69,7 +73,7 @@ class Reordering:
         scores = np.concatenate([sentence_scores(shard) for shard in shards])
         valid = ~np.isnan(scores)
         mean = float(scores[valid].mean()) if valid.any() else float("nan")
-        signature = Signature("reordering", {**(settings or {}), "frs": "drop-unaligned,leftmost-target"})
+        signature = Signature("reordering", {**(settings or {}), "frs": CONVENTIONS})
         return ReorderingScore(mean, scores, int((~valid).sum()), signature)
 
 
@@ -83,3 +87,25 @@ def line_scores(aligned: AlignedCorpus, scores: np.ndarray | None = None) -> np.
     kept[np.asarray(aligned.dropped_lines, dtype=np.int64) - 1] = False
     out[kept] = scores
     return out
+
+
+def reordering_score(data: MeasuredSet) -> ReorderingScore:
+    """The set's FRS with every kept line's, for the corpus and the per-line scores."""
+    return Reordering().corpus_score(data.aligned.result.alignment_shards())
+
+
+class FuzzyReordering(Measure):
+    """The fuzzy reordering score of the set's alignment: how monotone its targets follow their sources."""
+
+    name, label, format, line_column = "reordering", "FRS", ".4f", "frs"
+    tables = {REPORT: Column(), CARD: Column(), RANKING: Column(format=".3f"), CENTRAL: Column(format=".3f"),
+              DECODING: Column(), CORRELATION: Column()}
+
+    def corpus_score(self, data: MeasuredSet) -> float:
+        return data.once(reordering_score).score
+
+    def line_scores(self, data: MeasuredSet) -> np.ndarray:
+        return line_scores(data.aligned, data.once(reordering_score).sentences)
+
+    def signature_settings(self) -> dict:
+        return {"frs": CONVENTIONS}

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from nat_kd.analysis.metrics.bleu import BleuStatistics, ChrfStatistics
+from nat_kd.analysis.metrics.reordering import CONVENTIONS as FRS_CONVENTIONS
 from nat_kd.analysis.metrics.surface import repeated_ngram_counts
 from nat_kd.analysis.tokenizers import Tokenizer13a
 from nat_kd.atomic import writing
@@ -138,7 +139,7 @@ class SentenceScorer:
         return {"bleu": self.metrics["bleu"].signature(), "chrf": self.metrics["chrf"].signature(),
                 "repeated_ngrams": f"n:{self.repeat_n}|{self.tokenizer.signature}",
                 "length_ratio": "words:whitespace", "logprob": "mean-over-tokens-with-eos|natural-log",
-                "frs": "drop-unaligned,leftmost-target"}
+                "frs": FRS_CONVENTIONS}
 
     def score(self, hypotheses: Sequence[str], references: Sequence[str] | None,
               statistics: dict[str, list] | None = None, logprobs: Iterable[float] | None = None) -> SentenceScores:

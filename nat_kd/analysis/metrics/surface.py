@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nat_kd.analysis.metrics.base import DETAILS, Measure, MeasuredSet, pairs_in_memory
 from nat_kd.errors import SettingsError
 
 
@@ -64,3 +65,31 @@ def _repeated_counts(ids: np.ndarray, sentence: np.ndarray, vocab: int, n: int, 
     order = np.lexsort((code, sentence[starts]))
     same = (np.diff(code[order]) == 0) & (np.diff(sentence[starts][order]) == 0)
     return np.bincount(sentence[starts][order][1:][same], minlength=sentences)
+
+
+def target_surface(data: MeasuredSet) -> SurfaceStats:
+    """The surface of the set's targets, tokenised as the aligner saw them."""
+    return surface_stats([" ".join(tgt) for _, tgt in data.once(pairs_in_memory)], list(data.settings.repeat_n))
+
+
+class TargetTypes(Measure):
+    name, label, needs = "types", "target types", DETAILS
+
+    def corpus_score(self, data: MeasuredSet) -> int:
+        return data.once(target_surface).types
+
+
+class TargetTokens(Measure):
+    name, label, needs = "tokens", "target tokens", DETAILS
+
+    def corpus_score(self, data: MeasuredSet) -> int:
+        return data.once(target_surface).tokens
+
+
+class RepeatedNgramShare(Measure):
+    """For each n of the detailed report's, the share of the set's targets in which some n-gram occurs twice."""
+
+    name, label, needs = "repeated_ngram_share", "share with a repeated n-gram", DETAILS
+
+    def corpus_score(self, data: MeasuredSet) -> dict[str, float]:
+        return data.once(target_surface).as_dict()["repeated_ngram_share"]
