@@ -1,6 +1,9 @@
 """Shared fixtures: a tiny slice of the real default corpus, prepared once per test session; and the rule that
 the suite runs on the CPU on any machine, but for the GPU's own tests (``requires_cuda``)."""
+import itertools
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +122,59 @@ def write_distilled(tiny_en_de, out, bin_left_out=(), empty_outputs=False, targe
                  dict_dir=tiny_en_de / "bin", meta=meta, bin_left_out=bin_left_out, references=refs,
                  sentence_scores=scores, data_dir=tiny_en_de / "bin" if split == "train" else None)
     return refs, targets
+
+
+# ------------------------------------------------------------------ fairseq's own commands on the tiny corpus
+
+COMMON = ("--user-dir", ROOT / "fairseq_plugins", "--required-batch-size-multiple", "1", "--seed", "1",
+          "--no-progress-bar", "--log-format", "simple", "--cpu")
+TRAIN = ("--optimizer", "adam", "--lr", "5e-4", "--max-tokens", "1024", "--max-update", "3",
+         "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0")
+TRAIN_SENTENCES = 203  # the tiny slice: not a multiple of 8, so fairseq's default would lose some
+
+
+def hypotheses(generate_output: str) -> dict[int, str]:
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", generate_output, re.M)}
+
+
+def train_and_decode(bin_dir: Path, save_dir: Path, arch: str, task_flags, decode_flags):
+    log = run_fairseq("train", bin_dir, *COMMON, *TRAIN, "--arch", arch, *MICRO_MODEL, *task_flags,
+                      "--save-dir", save_dir)
+    assert "done training" in log
+    out = run_fairseq("generate", bin_dir, *COMMON, *task_flags[:2], "--path", save_dir / "checkpoint_last.pt",
+                      "--gen-subset", "train", "--max-tokens", "4096", "--max-len-a", "1", "--max-len-b", "5",
+                      *decode_flags)
+    return hypotheses(out)
+
+
+# ------------------------------------------------------------------ the study's profiles in miniature
+
+def small_multi30k(folder: Path, train: int = 120, evaluation: int = 100) -> str:
+    """The first lines of each Multi30k split (all four languages): the end-to-end profiles decode the
+    validation and test sets several times, and their size, not the models', sets the tests' time."""
+    from nat_kd.corpus import data_dir, iter_lines
+
+    folder.mkdir()
+    for file in data_dir().iterdir():
+        split, lang = file.name.split(".")[:2]
+        if lang in ("en", "de", "fr", "cs"):
+            lines = list(itertools.islice(iter_lines(file), train if split == "train" else evaluation))
+            (folder / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(folder)
+
+
+def run_profile(profile: str, tmp_path: Path, evaluation: int = 100):
+    """Run a bundled profile end to end on the first Multi30k lines; its folder, corpus, results folder,
+    results.md, step records and config, after checking that every planned step has a record."""
+    from nat_kd.study import config as study_config
+    from nat_kd.study.__main__ import main
+    from nat_kd.study.plan import build_plan
+
+    out = tmp_path / profile
+    corpus = small_multi30k(tmp_path / "multi30k", evaluation=evaluation)
+    assert main([profile, "--out", str(out), "--data-dir", corpus]) == 0
+    results = out / "results"
+    steps = json.loads((results / "results.json").read_text())["steps"]
+    cfg = study_config.load(profile)
+    assert set(steps) == {s.name for s in build_plan(cfg, results)}
+    return out, corpus, results, (results / "results.md").read_text(), steps, cfg

@@ -399,10 +399,10 @@ def _products(out):
 @pytest.fixture(scope="module")
 def micro_local(tmp_path_factory):
     """prepare, the teacher t1 and its beam set of the micro profile, run by the local runner."""
-    from test_study_profiles import _small_multi30k
+    from conftest import small_multi30k
 
     base = tmp_path_factory.mktemp("micro")
-    corpus = _small_multi30k(base / "multi30k")
+    corpus = small_multi30k(base / "multi30k")
     out = base / "local"
     records = Runner(out, jobs=1).run(_micro_plan(out, corpus))
     return corpus, out, records

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 from conftest import MICRO_MODEL, requires_cuda, run_fairseq
-from test_fairseq_training import COMMON, TRAIN_SENTENCES, hypotheses
+from conftest import COMMON, TRAIN_SENTENCES, hypotheses
 
 from fairseq_plugins.models.dat import (LOG_ZERO, dag_best_path, dag_decode, dag_log_likelihood, glance_vertices,
                                         link_log_probs, target_emissions)

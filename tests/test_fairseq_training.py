@@ -1,34 +1,13 @@
 """fairseq-train and fairseq-generate run our plugins from a plain command line, and lose no sentence (each
 student family: tests/test_student_commands.py, from the documented commands)."""
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import MICRO_MODEL, ROOT, run_fairseq
+from conftest import COMMON, MICRO_MODEL, ROOT, TRAIN, TRAIN_SENTENCES, run_fairseq, train_and_decode
 
 import fairseq_plugins  # noqa: F401  (safe checkpoint loading)
-
-COMMON = ("--user-dir", ROOT / "fairseq_plugins", "--required-batch-size-multiple", "1", "--seed", "1",
-          "--no-progress-bar", "--log-format", "simple", "--cpu")
-TRAIN = ("--optimizer", "adam", "--lr", "5e-4", "--max-tokens", "1024", "--max-update", "3",
-         "--no-epoch-checkpoints", "--disable-validation", "--num-workers", "0")
-TRAIN_SENTENCES = 203  # the tiny slice: not a multiple of 8, so fairseq's default would lose some
-
-
-def hypotheses(generate_output: str) -> dict[int, str]:
-    return {int(m.group(1)): m.group(2) for m in re.finditer(r"^H-(\d+)\t\S+\t(.*)$", generate_output, re.M)}
-
-
-def train_and_decode(bin_dir: Path, save_dir: Path, arch: str, task_flags, decode_flags):
-    log = run_fairseq("train", bin_dir, *COMMON, *TRAIN, "--arch", arch, *MICRO_MODEL, *task_flags,
-                      "--save-dir", save_dir)
-    assert "done training" in log
-    out = run_fairseq("generate", bin_dir, *COMMON, *task_flags[:2], "--path", save_dir / "checkpoint_last.pt",
-                      "--gen-subset", "train", "--max-tokens", "4096", "--max-len-a", "1", "--max-len-b", "5",
-                      *decode_flags)
-    return hypotheses(out)
 
 
 def test_teacher_trains_and_decodes_every_sentence(tiny_en_de, tmp_path):

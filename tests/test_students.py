@@ -10,7 +10,7 @@ import pytest
 import torch
 from fairseq.logging import metrics
 from conftest import MICRO_MODEL, requires_cuda, run_fairseq
-from test_fairseq_training import COMMON, TRAIN
+from conftest import COMMON, TRAIN
 
 import fairseq_plugins  # noqa: F401  (registers the models)
 from fairseq_plugins.counting import build_model

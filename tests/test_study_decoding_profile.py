@@ -1,6 +1,6 @@
 """The decoding profile in miniature, end to end (test_study_profiles.py runs the others): the central table, the
 seed spread, the correlations and the speed table."""
-from test_study_profiles import _run_profile
+from conftest import run_profile
 
 
 def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, capsys):
@@ -8,7 +8,7 @@ def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, ca
     seed spread, bootstrap p, the paper's figures), the seed spread, the correlations and the speed table."""
     from nat_kd.study.__main__ import main
 
-    out, corpus, results, text, steps, cfg = _run_profile("decoding-micro", tmp_path, evaluation=40)
+    out, corpus, results, text, steps, cfg = run_profile("decoding-micro", tmp_path, evaluation=40)
     labels = cfg.data_labels()
     assert len(labels) == 8 and labels[-2:] == ["beam.mix-repeated", "beam.mix-bleu10"]
     central = text.split("## The central table", 1)[1].split("###", 1)[0]

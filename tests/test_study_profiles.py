@@ -1,11 +1,11 @@
 """The study driver end to end: bundled profiles in miniature run on the first Multi30k lines, resumed, their
 results checked table by table. In files of their own so that the test workers run them side by side."""
-import itertools
 import json
 from pathlib import Path
 
 import pytest
 
+from conftest import run_profile, small_multi30k
 from nat_kd.study import config as study_config
 from nat_kd.study.plan import build_plan
 
@@ -13,40 +13,11 @@ from nat_kd.study.plan import build_plan
 # ------------------------------------------------------------------ micro profile, end to end
 
 
-def _small_multi30k(folder: Path, train: int = 120, evaluation: int = 100) -> str:
-    """The first lines of each Multi30k split (all four languages): the end-to-end profiles decode the
-    validation and test sets several times, and their size, not the models', sets the tests' time."""
-    from nat_kd.corpus import data_dir, iter_lines
-
-    folder.mkdir()
-    for file in data_dir().iterdir():
-        split, lang = file.name.split(".")[:2]
-        if lang in ("en", "de", "fr", "cs"):
-            lines = list(itertools.islice(iter_lines(file), train if split == "train" else evaluation))
-            (folder / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return str(folder)
-
-
-def _run_profile(profile: str, tmp_path: Path, evaluation: int = 100):
-    """Run a bundled profile end to end on the first Multi30k lines; its folder, corpus, results folder,
-    results.md, step records and config, after checking that every planned step has a record."""
-    from nat_kd.study.__main__ import main
-
-    out = tmp_path / profile
-    corpus = _small_multi30k(tmp_path / "multi30k", evaluation=evaluation)
-    assert main([profile, "--out", str(out), "--data-dir", corpus]) == 0
-    results = out / "results"
-    steps = json.loads((results / "results.json").read_text())["steps"]
-    cfg = study_config.load(profile)
-    assert set(steps) == {s.name for s in build_plan(cfg, results)}
-    return out, corpus, results, (results / "results.md").read_text(), steps, cfg
-
-
 def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     from nat_kd.study.__main__ import main
 
     out = tmp_path / "study"
-    corpus = _small_multi30k(tmp_path / "multi30k")
+    corpus = small_multi30k(tmp_path / "multi30k")
     assert main(["micro", "--out", str(out), "--data-dir", corpus]) == 0
     results = out / "results"
     for figure in ["students_vs_teacher_capacity.png", "born_again.png", "analysis/complexity_vs_faithfulness.png",
@@ -110,7 +81,7 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
 def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys):
     from nat_kd.study.__main__ import main
 
-    out, corpus, results, text, steps, cfg = _run_profile("kd-effect-micro", tmp_path)
+    out, corpus, results, text, steps, cfg = run_profile("kd-effect-micro", tmp_path)
     for figure in ["validation_bleu_curves.png", "complexity_faithfulness_detailed.png",
                    "analysis/complexity_vs_faithfulness.png"]:
         assert (results / figure).stat().st_size > 10_000, figure
@@ -163,7 +134,7 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
     the verdicts are written from the records; a rerun finds every step done."""
     from nat_kd.study.__main__ import main
 
-    out, corpus, results, text, steps, cfg = _run_profile("ladder-micro", tmp_path, evaluation=40)
+    out, corpus, results, text, steps, cfg = run_profile("ladder-micro", tmp_path, evaluation=40)
     assert (results / "students_vs_teacher_size.png").stat().st_size > 10_000
     section = text.split("## The central figure", 1)[1]
     rows = {r["name"]: r for r in steps["analysis"]["result"]["rows"]}
