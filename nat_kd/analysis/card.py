@@ -101,10 +101,18 @@ def _number(value, spec=".4f") -> str:
 
 
 def card_markdown(card: dict, figure_name: str) -> str:
-    t, d, lines = card["teacher"], card["decoding"], card["lines"]
-    out = [f"# Dataset card: {card['name']}", "",
-           f"Written by nat_kd {card['nat_kd_version']}. Per-line scores: `{card['sentence_scores']['file']}`.", "",
-           "## Teacher", ""]
+    return "\n".join([f"# Dataset card: {card['name']}", "",
+                      f"Written by nat_kd {card['nat_kd_version']}. Per-line scores: "
+                      f"`{card['sentence_scores']['file']}`.", "",
+                      *_teacher_markdown(card), *_decoding_markdown(card), *_analysis_markdown(card["analysis"]),
+                      *_scores_markdown(card, figure_name), *_repeated_markdown(card), *_mix_markdown(card),
+                      *_examples_markdown(card)])
+
+
+def _teacher_markdown(card: dict) -> list[str]:
+    """The teacher, and the student's vocabulary where bin/ is in it."""
+    t = card["teacher"]
+    out = ["## Teacher", ""]
     checkpoints = t["checkpoints"] or ["-"]
     hashes, archs = t["sha256"] or ["-"] * len(checkpoints), t["architecture"] or ["-"] * len(checkpoints)
     out.append(markdown.table(
@@ -127,10 +135,16 @@ def card_markdown(card: dict, figure_name: str) -> str:
                 f"{100 * student['source_unk_share']:.2f}% of the source tokens."
                 + (" **Warning: the student's vocabulary misses much of what the teacher writes.**"
                    if student["warning"] else ""), ""]
+    return out
+
+
+def _decoding_markdown(card: dict) -> list[str]:
+    """How the set was decoded, its lines, and its scores against the references."""
+    d, lines = card["decoding"], card["lines"]
     backend = ", ".join(f"{k}={v}" for k, v in d["backend"].items() if k != "name")
-    out += ["## Decoding", "", f"Backend `{d['backend']['name']}`" + (f" ({backend})" if backend else "")
-            + f", strategy `{d['strategy']}`: "
-            + ", ".join(f"{k}={v}" for k, v in (d["settings"] or {}).items()) + ".", ""]
+    out = ["## Decoding", "", f"Backend `{d['backend']['name']}`" + (f" ({backend})" if backend else "")
+           + f", strategy `{d['strategy']}`: "
+           + ", ".join(f"{k}={v}" for k, v in (d["settings"] or {}).items()) + ".", ""]
     out += ["## Lines", "", markdown.table(["sentences", "empty source lines", "truncated source lines",
                                             "empty outputs"],
                                            [[lines["sentences"], _line_list(lines["empty_source_lines"]),
@@ -142,8 +156,11 @@ def card_markdown(card: dict, figure_name: str) -> str:
                 f"chrF {ref['chrf']:.2f} (`{ref['chrf_signature']}`), length ratio "
                 f"{ref['length_ratio_corpus']:.3f} (corpus), {ref['mean_length_ratio']:.3f} (mean per line).",
                 ""]
-    out += _analysis_markdown(card["analysis"])
-    out += ["## Per-line scores", "", markdown.table(
+    return out
+
+
+def _scores_markdown(card: dict, figure_name: str) -> list[str]:
+    return ["## Per-line scores", "", markdown.table(
         ["score", "lines", "mean", "10%", "25%", "median", "75%", "90%"],
         [[name, s["lines"], _number(s["mean"]), *(_number(s[q]) for q in ("q10", "q25", "q50", "q75", "q90"))]
          for name, s in card["sentence_scores"]["summary"].items()]),
@@ -152,24 +169,34 @@ def card_markdown(card: dict, figure_name: str) -> str:
         f"Each histogram's axis spans the {100 - HISTOGRAM_PERCENTILE:g}th to {HISTOGRAM_PERCENTILE:g}th percentile "
         "of its lines; the title counts the lines off the axis (the repeated n-gram counts are drawn whole, on a log "
         "scale).", ""]
+
+
+def _repeated_markdown(card: dict) -> list[str]:
     rep = card["repeated"]
-    out += ["## Repeated outputs", "",
-            f"{rep['lines']} of {lines['sentences']} outputs ({100 * rep['share']:.2f}%) repeat a {rep['n']}-gram "
-            "(13a tokens, lowercased)" + (f"; {100 * rep['reference_share']:.2f}% of the references do."
-                                          if rep["reference_share"] is not None else "."), ""]
+    out = ["## Repeated outputs", "",
+           f"{rep['lines']} of {card['lines']['sentences']} outputs ({100 * rep['share']:.2f}%) repeat a "
+           f"{rep['n']}-gram (13a tokens, lowercased)" + (f"; {100 * rep['reference_share']:.2f}% of the references do."
+                                                          if rep["reference_share"] is not None else "."), ""]
     if rep["most_repeated_ngrams"]:
         out.append(markdown.table([f"repeated {rep['n']}-gram", "outputs"], rep["most_repeated_ngrams"]))
     if rep["most_frequent_outputs"]:
         out.append(markdown.table(["most frequent identical output", "times"], rep["most_frequent_outputs"]))
-    if card.get("mix"):
-        mix = card["mix"]
-        out += ["## Mixing", "", f"Rule: `{mix['rule']}`. {mix['replaced']} of {mix['lines']} lines take the real "
-                f"target, {mix['lines'] - mix['replaced']} the distilled one (from `{mix['distilled']}`).", ""]
-    out += [f"## Examples (seed {card['examples']['seed']})", "",
+    return out
+
+
+def _mix_markdown(card: dict) -> list[str]:
+    mix = card.get("mix")
+    if not mix:
+        return []
+    return ["## Mixing", "", f"Rule: `{mix['rule']}`. {mix['replaced']} of {mix['lines']} lines take the real "
+            f"target, {mix['lines'] - mix['replaced']} the distilled one (from `{mix['distilled']}`).", ""]
+
+
+def _examples_markdown(card: dict) -> list[str]:
+    return [f"## Examples (seed {card['examples']['seed']})", "",
             markdown.table(["line", "source", "reference", "distilled"],
                            [[e["line"], _escape(e["source"]), _escape(e["reference"] or "-"), _escape(e["distilled"])]
                             for e in card["examples"]["lines"]])]
-    return "\n".join(out)
 
 
 def _escape(text: str) -> str:

@@ -152,9 +152,29 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
     rows = _rows(cfg, res)
     if len(rows) < MIN_SETS_FOR_TABLE or not cfg.student_families:
         return []
-    family, beam = _family(cfg), _beam_label(cfg)
+    family = _family(cfg)
     spread = seed_spread(cfg, res, family)
     sd = pooled_sd(spread)
+    parts = _central_table(cfg, res, rows, sd)
+    if spread:
+        parts += ["### Seed-to-seed spread (test BLEU)\n",
+                  table(["training set", "seeds", "test BLEU by seed", "mean", "sd", "range"],
+                        [[label, len(v), ", ".join(f"{x:.2f}" for x in v),
+                          cell(statistics.mean(v) if v else None, ".2f"),
+                          cell(statistics.stdev(v) if len(v) > 1 else None, ".2f"),
+                          cell(max(v) - min(v) if v else None, ".2f")] for label, v in spread.items()]),
+                  (f"Pooled seed sd: {sd:.2f} BLEU; a gap between two single-seed students is within noise below "
+                   f"about {2 * math.sqrt(2) * sd:.2f} (2 sd of a difference).\n" if sd is not None
+                   else "(fewer than two seeds finished on any set)\n")]
+    if len([r for r in rows if r["test"] is not None]) >= MIN_SETS_FOR_CORRELATION:
+        parts += _correlations(rows, family, spread, out, paths)
+    return parts
+
+
+def _central_table(cfg: StudyConfig, res: dict, rows: list[dict], sd: float | None) -> list[str]:
+    """The table of each set's measures (the registry's CENTRAL columns) beside its student, with the gap to the
+    student on the beam set and its paired bootstrap p, and the paper's figures; then its note."""
+    family, beam = _family(cfg), _beam_label(cfg)
     base = next((r for r in rows if r["label"] == beam), None)
     p_values = {}
     if base and base["hypotheses"] and Path(base["hypotheses"]).is_file():
@@ -173,51 +193,45 @@ def central_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list
                      cell(r["valid"], ".2f"), cell(r["test"], ".2f"), gap_cell,
                      "baseline" if r is base else cell(p_values.get(r["label"]), ".4f"),
                      cell(paper[0], ".3f"), cell(paper[1], ".3f"), cell(paper[2], ".1f")])
-    parts = [f"## The central table: which training data makes the best {family} student\n",
-             table(["training set", "decoding", *(column.label for _, column in columns), "student valid BLEU",
-                    "student test BLEU", f"test gap to {beam}", "paired bootstrap p", "paper C(d)", "paper F(d)",
-                    "paper student BLEU"], body),
-             f"Student: {family}, seed 1, checkpoint chosen on validation BLEU; test is test_2016_flickr. The gap is "
-             f"test BLEU minus the {beam} student's; p: sacrebleu's paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) "
-             f"of the student's test output against the {beam} student's ('-' where a test output is not on this "
-             "machine). Data measures as in the analysis above "
-             "(13a, lowercased, the built-in fast_align). " + PAPER_NOTE + "\n"]
-    if spread:
-        parts += ["### Seed-to-seed spread (test BLEU)\n",
-                  table(["training set", "seeds", "test BLEU by seed", "mean", "sd", "range"],
-                        [[label, len(v), ", ".join(f"{x:.2f}" for x in v),
-                          cell(statistics.mean(v) if v else None, ".2f"),
-                          cell(statistics.stdev(v) if len(v) > 1 else None, ".2f"),
-                          cell(max(v) - min(v) if v else None, ".2f")] for label, v in spread.items()]),
-                  (f"Pooled seed sd: {sd:.2f} BLEU; a gap between two single-seed students is within noise below "
-                   f"about {2 * math.sqrt(2) * sd:.2f} (2 sd of a difference).\n" if sd is not None
-                   else "(fewer than two seeds finished on any set)\n")]
+    return [f"## The central table: which training data makes the best {family} student\n",
+            table(["training set", "decoding", *(column.label for _, column in columns), "student valid BLEU",
+                   "student test BLEU", f"test gap to {beam}", "paired bootstrap p", "paper C(d)", "paper F(d)",
+                   "paper student BLEU"], body),
+            f"Student: {family}, seed 1, checkpoint chosen on validation BLEU; test is test_2016_flickr. The gap is "
+            f"test BLEU minus the {beam} student's; p: sacrebleu's paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) "
+            f"of the student's test output against the {beam} student's ('-' where a test output is not on this "
+            "machine). Data measures as in the analysis above "
+            "(13a, lowercased, the built-in fast_align). " + PAPER_NOTE + "\n"]
+
+
+def _correlations(rows: list[dict], family: str, spread: dict[str, list[float]], out: Path,
+                  paths: dict) -> list[str]:
+    """Each data measure's Spearman correlation with the student's test BLEU over the sets that have one, and
+    the figure of the student against C(d) (and against the best predictor, where it is another measure)."""
     scored = [r for r in rows if r["test"] is not None]
-    if len(scored) >= MIN_SETS_FOR_CORRELATION:
-        measures = data_measures([r["analysis"] for r in scored])
-        corr = []
-        for key, label in measures:
-            rho, p = spearman([measure(r["analysis"], key) for r in scored], [r["test"] for r in scored])
-            corr.append((key, label, rho, p))
-        corr.sort(key=lambda c: -abs(c[2]) if not math.isnan(c[2]) else 0)
-        parts += [f"### Do the data measures predict the student? Spearman rank correlation with {family} test BLEU "
-                  f"over {len(scored)} training sets\n",
-                  table(["data measure", "Spearman rho", "p (two-sided)"],
-                        [[label, cell(rho, "+.3f"), p_value_cell(p)] for _, label, rho, p in corr])]
-        panels = [("complexity", "C(d) as in the paper (mean over source types) [nats]"),
-                  ("complexity_token_weighted", "C(d) weighted by source-token count [nats]")]
-        best_key, best_label, best_rho, _ = corr[0]
-        if best_key not in dict(panels) and not math.isnan(best_rho):
-            panels.append((best_key, f"{best_label}: the best predictor here (rho {best_rho:+.2f})"))
-        paths["predict_figure"] = out / "student_bleu_vs_complexity.png"
-        # all rows: each set keeps its colour and marker
-        predict_figure(rows, family, paths["predict_figure"], spread, panels)
-        parts.append(f"![student BLEU against C(d)]({paths['predict_figure'].name})\n")
-        if len(panels) > 2:
-            parts.append(f"(Right: against {best_label}, the best predictor of the table above.)\n")
-        if any(len(v) >= 2 for v in spread.values()):
-            parts.append("(A point is the seed-1 student; a vertical line spans the test BLEU of every seed trained "
-                         "on that set.)\n")
+    corr = []
+    for key, label in data_measures([r["analysis"] for r in scored]):
+        rho, p = spearman([measure(r["analysis"], key) for r in scored], [r["test"] for r in scored])
+        corr.append((key, label, rho, p))
+    corr.sort(key=lambda c: -abs(c[2]) if not math.isnan(c[2]) else 0)
+    parts = [f"### Do the data measures predict the student? Spearman rank correlation with {family} test BLEU "
+             f"over {len(scored)} training sets\n",
+             table(["data measure", "Spearman rho", "p (two-sided)"],
+                   [[label, cell(rho, "+.3f"), p_value_cell(p)] for _, label, rho, p in corr])]
+    panels = [("complexity", "C(d) as in the paper (mean over source types) [nats]"),
+              ("complexity_token_weighted", "C(d) weighted by source-token count [nats]")]
+    best_key, best_label, best_rho, _ = corr[0]
+    if best_key not in dict(panels) and not math.isnan(best_rho):
+        panels.append((best_key, f"{best_label}: the best predictor here (rho {best_rho:+.2f})"))
+    paths["predict_figure"] = out / "student_bleu_vs_complexity.png"
+    # all rows: each set keeps its colour and marker
+    predict_figure(rows, family, paths["predict_figure"], spread, panels)
+    parts.append(f"![student BLEU against C(d)]({paths['predict_figure'].name})\n")
+    if len(panels) > 2:
+        parts.append(f"(Right: against {best_label}, the best predictor of the table above.)\n")
+    if any(len(v) >= 2 for v in spread.values()):
+        parts.append("(A point is the seed-1 student; a vertical line spans the test BLEU of every seed trained "
+                     "on that set.)\n")
     return parts
 
 

@@ -362,13 +362,9 @@ def _shown_path(path) -> str:
         return Path(path).name
 
 
-def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
-                  pending: dict[str, str] | None = None) -> dict[str, Path]:
-    """``pending``: the plan's steps not done yet (a study rendered mid-run), each with a note on how far it
-    got ('' if none); named under the header, their cells are '-'."""
-    pending = pending or {}
-    out.mkdir(parents=True, exist_ok=True)
-    res = {name: rec["result"] for name, rec in records.items()}
+def _figures(cfg: StudyConfig, res: dict, out: Path) -> dict[str, Path]:
+    """The figures that stand apart from the tables (teacher capacity, the mode mix, Born-Again rounds, the
+    learning curves, the analysis's C(d) against F(d)): drawn where their steps have run."""
     paths = {}
     if capacity_figure(cfg, res, out / "students_vs_teacher_capacity.png"):
         paths["capacity_figure"] = out / "students_vs_teacher_capacity.png"
@@ -378,27 +374,51 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
     if cfg.born_again_rounds:
         paths["born_again_figure"] = out / "born_again.png"
         born_again_figure(cfg, res, paths["born_again_figure"])
-    curves = any("curve" in res.get(step, {}) for step, _ in trained_models(cfg))
-    if curves:
+    if any("curve" in res.get(step, {}) for step, _ in trained_models(cfg)):
         paths["curves_figure"] = out / "validation_bleu_curves.png"
         curves_figure(cfg, res, paths["curves_figure"])
     if _analysis_rows(cfg, res):  # drawn by the analysis step too; redrawn so that it has today's style
         plot_complexity_faithfulness(_analysis_rows(cfg, res), out / "analysis" / "complexity_vs_faithfulness.png")
-    details = detailed_tables(cfg, res)
-    if details:
-        paths["analysis_figure"] = out / "complexity_faithfulness_detailed.png"
-        analysis_figure(cfg, res, paths["analysis_figure"])
-    walls = sorted(((r["wall_seconds"], n) for n, r in records.items()), reverse=True)
-    sections = [
+    return paths
+
+
+def _header(cfg: StudyConfig, records: dict, command: str, pending: dict[str, str]) -> list[str]:
+    walls = sorted((r["wall_seconds"] for r in records.values()), reverse=True)  # summed as the table lists them
+    return [
         f"# Distillation study: profile `{cfg.name}`\n",
         f"Command: `{command}`  \nConfig: [`config.toml`](config.toml) (copied from `{_shown_path(cfg.source)}`).  \n"
         f"Corpus: {_corpus_line(cfg)}.  \n"
         f"Hardware: {json.dumps(hardware())}.  \n"
-        f"Total step time: {sum(w for w, _ in walls) / 60:.1f} min over {len(walls)} steps "
+        f"Total step time: {sum(walls) / 60:.1f} min over {len(walls)} steps "
         f"({_layout(records.values())}).\n",
         *([f"**Partial results**: {len(records)} of {len(records) + len(pending)} steps done; still to run: "
            + ", ".join(f"`{name}`" + (f" ({note})" if note else "") for name, note in pending.items())
-           + ".\n"] if pending else []),
+           + ".\n"] if pending else [])]
+
+
+def _wall_times(records: dict) -> list[str]:
+    walls = sorted(((r["wall_seconds"], n) for n, r in records.items()), reverse=True)
+    return ["## Step wall times\n",
+            "A resumed step's wall time is that of all its runs ('-' runs: a record written before they were "
+            "counted, whose time is its last run's).\n",
+            table(["step", "wall (s)", "runs", "steps at a time", "torch threads"],
+                  [[n, f"{w:.0f}", records[n].get("runs", "-"), records[n].get("jobs", "-"),
+                    records[n].get("threads", "-")] for w, n in walls])]
+
+
+def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
+                  pending: dict[str, str] | None = None) -> dict[str, Path]:
+    """``pending``: the plan's steps not done yet (a study rendered mid-run), each with a note on how far it
+    got ('' if none); named under the header, their cells are '-'."""
+    out.mkdir(parents=True, exist_ok=True)
+    res = {name: rec["result"] for name, rec in records.items()}
+    paths = _figures(cfg, res, out)
+    details = detailed_tables(cfg, res)
+    if details:
+        paths["analysis_figure"] = out / "complexity_faithfulness_detailed.png"
+        analysis_figure(cfg, res, paths["analysis_figure"])
+    sections = [
+        *_header(cfg, records, command, pending or {}),
         "## 1. Teachers\n", teachers_table(cfg, res),
         "## 2. Distilled training sets (analysis of the training targets)\n", decoding_table(cfg, res),
         "![complexity vs faithfulness](analysis/complexity_vs_faithfulness.png)\n",
@@ -416,17 +436,12 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
         *training_speed_section(cfg, res),
         *(["## Learning curves (validation BLEU every N updates; the checkpoint kept is the best)\n",
            curves_table(cfg, res), f"![validation BLEU against updates]({paths['curves_figure'].name})\n"]
-          if curves else []),
+          if "curves_figure" in paths else []),
         *(["## 4. Born-Again rounds\n", born_again_table(cfg, res), "![born-again](born_again.png)\n"]
           if cfg.born_again_rounds else []),
         *(["## 5. Multi-modality (untagged en -> de/fr/cs)\n", modes_table(res), "![mode mix](modes/mode_mix.png)\n"]
           if cfg.modes else []),
-        "## Step wall times\n",
-        "A resumed step's wall time is that of all its runs ('-' runs: a record written before they were "
-        "counted, whose time is its last run's).\n",
-        table(["step", "wall (s)", "runs", "steps at a time", "torch threads"],
-              [[n, f"{w:.0f}", records[n].get("runs", "-"), records[n].get("jobs", "-"), records[n].get("threads", "-")]
-               for w, n in walls]),
+        *_wall_times(records),
     ]
     paths["markdown"] = out / "results.md"
     atomic.write_text(paths["markdown"], "\n".join(sections))
