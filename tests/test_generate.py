@@ -213,33 +213,33 @@ def test_shards_from_torchrun_environment(monkeypatch):
 
 
 def test_workers_share_a_gpu_only_when_asked_and_each_loads_the_teacher_on_it(monkeypatch):
-    from nat_kd.distill import workers
+    from nat_kd.distill import pool
+    from nat_kd.distill.backends.fairseq import FairseqBackend
 
     def cfg(**kw):
         return DistillConfig(teachers=["teacher.pt"], out_dir="out", **kw)
 
-    monkeypatch.setattr(workers, "available_cores", lambda: 16)
-    assert workers.parallelism(cfg(), "cuda:0") == (1, 1)
-    assert workers.parallelism(cfg(workers=3), "cuda:1") == (3, 1)
-    assert workers.parallelism(cfg(), "cpu") == (16, 1)
-    assert workers.parallelism(cfg(workers=4), "cpu") == (4, 4)
+    monkeypatch.setattr(pool, "available_cores", lambda: 16)
+    assert pool.parallelism(cfg(), "cuda:0") == (1, 1)
+    assert pool.parallelism(cfg(workers=3), "cuda:1") == (3, 1)
+    assert pool.parallelism(cfg(), "cpu") == (16, 1)
+    assert pool.parallelism(cfg(workers=4), "cpu") == (4, 4)
+    assert pool.parallelism(cfg(backend="ctranslate2"), "cpu") == (1, 16)  # its policy: one process of replicas
     loaded = []
 
     class Session:
         def __init__(self, cfg, device="cpu"):
             loaded.append(device)
 
-        def decoder(self, threads):
-            return "decoder"
-
-    monkeypatch.setattr(workers, "Session", Session)
-    monkeypatch.setattr(workers, "reuse_freed_memory", lambda: None)
+    monkeypatch.setattr(pool, "Session", Session)
+    monkeypatch.setattr(pool, "ChunkDecoder", lambda session, threads: "decoder")
+    monkeypatch.setattr(pool, "reuse_freed_memory", lambda: None)
     threads = torch.get_num_threads()
     try:
-        workers._worker_init(cfg(), 1, "cuda:1", 3)
+        pool._worker_init(cfg(), FairseqBackend, 1, "cuda:1", 3)
     finally:
         torch.set_num_threads(threads)
-        workers._WORKER.clear()
+        pool._WORKER.clear()
     assert loaded == ["cuda:1"]
 
 
@@ -278,23 +278,23 @@ def test_out_of_gpu_memory_is_one_line_naming_what_to_lower_and_the_saved_chunks
 def test_a_worker_process_out_of_gpu_memory_sends_the_line_back_and_other_errors_as_they_are(raised, monkeypatch):
     import pickle
 
-    from nat_kd.distill import workers
+    from nat_kd.distill import pool
 
     class Decoder:
         def decode_chunk(self, batches):
             raise error
 
     settings = (DistillConfig(teachers=["teacher.pt"], out_dir="out", max_tokens=32000), "cuda:0", 4)
-    monkeypatch.setitem(workers._WORKER, "decoder", Decoder())
-    monkeypatch.setitem(workers._WORKER, "settings", settings)
+    monkeypatch.setitem(pool._WORKER, "decoder", Decoder())
+    monkeypatch.setitem(pool._WORKER, "settings", settings)
     error = raised
-    with pytest.raises(workers.OutOfGPUMemory) as caught:
-        workers._worker_decode((3, [[1, 2]]))
+    with pytest.raises(pool.OutOfGPUMemory) as caught:
+        pool._worker_decode((3, [[1, 2]]))
     back = pickle.loads(pickle.dumps(caught.value))  # as the pool hands it to the parent
     assert str(back) == OUT_OF_MEMORY.format(device="cuda:0", tokens=32000, workers=4)
     error = RuntimeError("CUDA failed with error an illegal memory access was encountered")
     with pytest.raises(RuntimeError, match="illegal memory access"):
-        workers._worker_decode((3, [[1, 2]]))
+        pool._worker_decode((3, [[1, 2]]))
 
 
 def test_chunk_plan_and_changed_settings_refused(tmp_path):
@@ -406,11 +406,12 @@ def test_output_projection_runs_as_one_matrix_product_per_step(teacher, tiny_en_
     slower beam search on the CPU. The generator must keep fairseq-generate's single GEMM per step."""
     from torch.profiler import profile
 
-    from nat_kd.distill.workers import Session
+    from nat_kd.distill.chunk_decoder import ChunkDecoder
+    from nat_kd.distill.session import Session
 
     session = Session(config(teacher, tiny_en_de, corpus, tmp_path / "out", strategy="beam", beam=4))
     vocab = len(session.teacher.tgt_dict)
-    decoder = session.decoder()
+    decoder = ChunkDecoder(session)
     with profile(record_shapes=True) as prof:
         decoder.decode_batch(session.batches()[0])
     calls = [(event.key, event.input_shapes) for event in prof.key_averages(group_by_input_shape=True)]
@@ -434,7 +435,7 @@ def fairseq_generate_batches(task, split: str, max_tokens: int) -> list[list[int
 def test_batches_are_fairseq_generates_from_binarized_or_raw_input(teacher, tiny_en_de, tmp_path, split):
     """A hypothesis depends, in its last float bits, on the batch it is decoded in: only fairseq-generate's
     own batches (sorted by source, then reference length; max of the two counted) reproduce its output."""
-    from nat_kd.distill.workers import Session
+    from nat_kd.distill.session import Session
 
     common = dict(teachers=[str(teacher)], spm_model=str(tiny_en_de / "spm.model"), split=split,
                   dict_dir=str(tiny_en_de / "bin"), max_tokens=300, workers=1, threads=1, progress_bar=False)
@@ -470,15 +471,16 @@ def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, 
     """Tokens, scores and positional scores of every n-best hypothesis equal those of fairseq's EnsembleModel."""
     from fairseq.sequence_generator import EnsembleModel
 
+    from nat_kd.distill.chunk_decoder import ChunkDecoder
     from nat_kd.distill.decoding.ensemble import LeanEnsembleModel
-    from nat_kd.distill.workers import Session
+    from nat_kd.distill.session import Session
 
     cfg = config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam" if strategy == "ensemble" else strategy,
                  max_tokens=1100, max_sentences=8, **extra)
     if strategy == "ensemble":
         cfg.teachers = [str(teacher), str(teacher)]
     session = Session(cfg)
-    generator = session.decoder().backend.generator
+    generator = ChunkDecoder(session).backend.generator
     assert isinstance(generator.model, LeanEnsembleModel)
     results = {}
     for name, model in (("lean", generator.model), ("fairseq", EnsembleModel(list(session.teacher.models)))):
@@ -497,7 +499,7 @@ def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, 
 
 def test_lean_ensemble_skips_only_reorders_within_a_sentence(teacher, tiny_en_de, corpus, tmp_path):
     from nat_kd.distill.decoding.ensemble import LeanEnsembleModel
-    from nat_kd.distill.workers import Session
+    from nat_kd.distill.session import Session
 
     session = Session(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam", beam=2))
     model = LeanEnsembleModel(list(session.teacher.models))
@@ -519,7 +521,7 @@ def fairseq_backends(teacher, tiny_en_de, corpus, tmp_path):
     """A session (seq-inter: n-best lists of 4), its non-empty batches, and fairseq backends decoding in the
     calling thread and in a background one (forced: on the CPU the default is the calling thread)."""
     from nat_kd.distill.backends.fairseq import FairseqBackend
-    from nat_kd.distill.workers import Session
+    from nat_kd.distill.session import Session
 
     session = Session(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="seq-inter", beam=4,
                              max_tokens=1100, max_sentences=6))
@@ -587,7 +589,7 @@ def test_fairseq_backend_submit_returns_before_the_batch_is_decoded(teacher, tin
 def test_fairseq_backend_error_in_the_background_thread_surfaces_from_result(teacher, tiny_en_de, corpus, tmp_path,
                                                                             monkeypatch):
     """The decoding's own error, as the calling thread would raise it, from result() and from finish_chunk."""
-    from nat_kd.distill.workers import ChunkDecoder
+    from nat_kd.distill.chunk_decoder import ChunkDecoder
 
     session, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
 
@@ -614,7 +616,7 @@ def test_run_with_fairseq_decoding_in_the_background_writes_the_same_set(teacher
                                                                          monkeypatch):
     """The single-process loop with the fairseq backend's background thread (a GPU's default, forced here):
     the same files, the thread stopped at the end, and the chunks' seconds within the decoding's wall time."""
-    from nat_kd.distill import workers
+    from nat_kd.distill import chunk_decoder
     from nat_kd.distill.backends.fairseq import FairseqBackend
 
     kw = dict(strategy="beam", beam=2, max_tokens=1100, max_sentences=6, chunk_sentences=6)
@@ -625,7 +627,7 @@ def test_run_with_fairseq_decoding_in_the_background_writes_the_same_set(teacher
         built.append(FairseqBackend(settings, inputs, threads, background=True))
         return built[-1]
 
-    monkeypatch.setattr(workers, "build_backend", background_backend)
+    monkeypatch.setattr(chunk_decoder, "build_backend", background_backend)
     result = distill(config(teacher, tiny_en_de, corpus, tmp_path / "background", **kw))
     assert len(built) == 1 and decoding_threads() == []
     assert output_bytes(result.out_dir) == output_bytes(reference)

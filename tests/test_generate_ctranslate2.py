@@ -50,7 +50,7 @@ def test_hypotheses_equal_fairseqs_or_tie(teacher, tiny_en_de, tmp_path, strateg
     engines differ by design (docs/generate_distilled.md): fairseq forces EOS after MAX_LEN tokens and ranks
     the beam with its probability, CTranslate2 stops after MAX_LEN tokens without it; the half-trained micro
     teacher runs into the limit often. Both kinds are counted and printed (pytest -s)."""
-    from nat_kd.distill.workers import Session
+    from nat_kd.distill.session import Session
 
     outs = {}
     for backend in ("fairseq", "ctranslate2"):
@@ -450,7 +450,7 @@ def test_a_pip_cublas_that_does_not_load_is_one_line(loads_and_imports, tmp_path
 def test_the_session_loads_pip_cublas_before_the_teacher(loads_and_imports, tmp_path, monkeypatch):
     """A published teacher's folder imports ctranslate2 as it loads (teachers.py): the session loads pip's cuBLAS
     before any teacher; for the fairseq backend it does not."""
-    from nat_kd.distill import workers
+    from nat_kd.distill.session import Session
 
     lib = fake_nvidia_package(tmp_path / "site", ["libcublasLt.so.12", "libcublas.so.12"])
     use_site(monkeypatch, tmp_path / "site")
@@ -461,11 +461,11 @@ def test_the_session_loads_pip_cublas_before_the_teacher(loads_and_imports, tmp_
     def load_teacher(self, cfg):
         raise TeacherLoading
 
-    monkeypatch.setattr(workers.Session, "_load_fairseq_teacher", load_teacher)
+    monkeypatch.setattr(Session, "_load_fairseq_teacher", load_teacher)
     for backend in ("fairseq", "ctranslate2"):
         cfg = DistillConfig(teachers=[str(tmp_path / "t.pt")], out_dir=str(tmp_path / "o"), backend=backend)
         with pytest.raises(TeacherLoading):
-            workers.Session(cfg, "cuda")
+            Session(cfg, "cuda")
     assert [e[1] for e in loads_and_imports] == [str(lib / "libcublasLt.so.12"), str(lib / "libcublas.so.12")]
 
 

@@ -110,15 +110,19 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_generator_imports_one_way():
-    """nat_kd.distill's modules import each other without a cycle: backends take plain settings, workers use
-    backends, the pipeline uses workers."""
+    """nat_kd.distill's modules import each other without a cycle: backends take plain settings, the session
+    loads what they are given, the chunk decoder drives a backend, the pool runs chunk decoders, the pipeline
+    uses the pool."""
     graph = import_graph(ROOT / "nat_kd" / "distill", "nat_kd.distill")
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
-    assert {"nat_kd.distill.workers", "nat_kd.distill.config"} <= graph["nat_kd.distill.pipeline"]
-    assert "nat_kd.distill.backends" in graph["nat_kd.distill.workers"]
-    assert "nat_kd.distill.backends.base" in graph["nat_kd.distill.backends.fairseq"]
-    assert not any(m.startswith(("nat_kd.distill.workers", "nat_kd.distill.pipeline"))
-                   for m in graph["nat_kd.distill.backends.ctranslate2"])
+    d = "nat_kd.distill."
+    assert {d + "pool", d + "session", d + "config"} <= graph[d + "pipeline"]
+    assert {d + "session", d + "chunk_decoder"} <= graph[d + "pool"]
+    assert d + "backends" in graph[d + "chunk_decoder"] and d + "backends" in graph[d + "session"]
+    assert d + "backends.base" in graph[d + "backends.fairseq"]
+    for backend in ("backends", "backends.base", "backends.fairseq", "backends.ctranslate2"):
+        assert not any(m.startswith(tuple(d + name for name in ("session", "chunk_decoder", "pool", "pipeline")))
+                       for m in graph[d + backend]), backend
 
 
 def test_a_cycle_is_found(tmp_path):

@@ -61,15 +61,8 @@ def max_tokens_argument(value: str) -> int | str:
     return tokens
 
 
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; the options of the --bpe and --tokenizer named in ``argv`` (default: sys.argv) are added
-    as fairseq adds them."""
-    from .backends import BACKENDS
-    from .decoding import STRATEGIES, DecodingSettings
-
-    p = argparse.ArgumentParser(prog="python -m nat_kd.generate_distilled", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    teacher = p.add_argument_group("teacher")
+def add_teacher_arguments(teacher) -> None:
+    """The teacher: checkpoints or a published folder, its dictionaries, its languages."""
     checkpoints = teacher.add_mutually_exclusive_group(required=True)
     checkpoints.add_argument("--teacher-path", metavar="CHECKPOINT[:CHECKPOINT...] | FOLDER",
                              help="teacher checkpoint; several, colon-separated, make an ensemble; or a published "
@@ -83,7 +76,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     teacher.add_argument("--teacher-src-lang", metavar="CODE", help="a multilingual teacher's source language "
                          "(NLLB: eng_Latn; M2M100: en)")
     teacher.add_argument("--teacher-tgt-lang", metavar="CODE", help="its target language (deu_Latn; de)")
-    corpus = p.add_argument_group("corpus")
+
+
+def add_corpus_arguments(corpus) -> None:
+    """The corpus to distil, and the student's data for its tokens."""
     corpus.add_argument("--prepared", help="nat_kd.prepare output folder: sets --data DIR/bin, the tokenization "
                         "its manifest records (default DIR/spm.model), "
                         "--source/--reference DIR/raw/SPLIT.{SRC,TGT} unless given")
@@ -95,8 +91,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     corpus.add_argument("--student-data", metavar="DIR", help="the student's nat_kd.prepare folder: bin/ holds the "
                         "distilled texts re-encoded with its tokenization and dictionaries (and its other splits), "
                         "whatever the teacher's tokens")
-    tokenization.add_arguments(p, sys.argv[1:] if argv is None else argv)
-    dec = p.add_argument_group("decoding")
+
+
+def add_decoding_arguments(dec) -> None:
+    """The strategy and its settings (decoding/strategies.py)."""
+    from .decoding import STRATEGIES, DecodingSettings
+
     d = DecodingSettings()
     dec.add_argument("--strategy", default=d.strategy, choices=list(STRATEGIES))
     dec.add_argument("--beam", type=int, default=d.beam, help="beam size (beam); K-best size (seq-inter)")
@@ -108,7 +108,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     dec.add_argument("--top-p", type=float, default=d.top_p, help="p for topp (nucleus)")
     dec.add_argument("--seed", type=int, default=d.seed, help="sampling seed (per sentence: seed + index)")
     dec.add_argument("--seq-inter-metric", default=d.seq_inter_metric, choices=["bleu", "chrf"])
-    run = p.add_argument_group("output and running")
+
+
+def add_run_arguments(run) -> None:
+    """The output, batching, shards, processes and device."""
     run.add_argument("--out", required=True, help="output folder")
     run.add_argument("--name", help="name recorded in meta.json (default: the output folder's name)")
     run.add_argument("--max-tokens", type=max_tokens_argument, default=12000, metavar="N|auto",
@@ -127,11 +130,21 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=0,
                      help="torch threads per worker (default: cores/workers on a CPU, 1 on a GPU)")
     run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
-    backend = p.add_argument_group("backend (docs/generate_distilled.md: which to use)")
-    backend.add_argument("--backend", choices=list(BACKENDS),
+    run.add_argument("--no-progress-bar", action="store_true")
+    cli.add_verbose_argument(run)
+    run.add_argument("--keep-empty-lines", action="store_true",
+                     help="keep the pairs of empty source lines in bin/ (an empty source and target); by default "
+                          "they are only in the text files, with an empty target, and listed in meta.json")
+
+
+def add_backend_arguments(backend) -> None:
+    """The backend, its precision and conversion cache, and the checks against a reference."""
+    from .backends import backend_names
+
+    backend.add_argument("--backend", choices=backend_names(),
                          help="fairseq (default for checkpoints, the reference: any architecture, ensembles) or "
                               "ctranslate2 (the teacher converted once; about twice as fast on a CPU; the only one "
-                              "for a published teacher's folder)")
+                              "for a published teacher's folder); a backend of your own: docs/extending.md")
     backend.add_argument("--compute-type", default="float32",
                          help="ctranslate2: float32 (default), int8, int8_float32; on a GPU also float16, bfloat16")
     backend.add_argument("--fp16", action="store_true", help="fairseq on a GPU: the teacher in half precision")
@@ -144,13 +157,21 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                               "length penalty, maximum length)")
     backend.add_argument("--ct2-cache", metavar="DIR", help="ctranslate2: folder of converted teachers, keyed "
                          "by content hash (default: .ctranslate2-cache beside --out)")
-    run.add_argument("--no-progress-bar", action="store_true")
-    cli.add_verbose_argument(run)
-    run.add_argument("--keep-empty-lines", action="store_true",
-                     help="keep the pairs of empty source lines in bin/ (an empty source and target); by default "
-                          "they are only in the text files, with an empty target, and listed in meta.json")
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; the options of the --bpe and --tokenizer named in ``argv`` (default: sys.argv) are added
+    as fairseq adds them."""
     from .cluster import add_arguments as add_cluster_arguments
 
+    p = argparse.ArgumentParser(prog="python -m nat_kd.generate_distilled", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_teacher_arguments(p.add_argument_group("teacher"))
+    add_corpus_arguments(p.add_argument_group("corpus"))
+    tokenization.add_arguments(p, sys.argv[1:] if argv is None else argv)
+    add_decoding_arguments(p.add_argument_group("decoding"))
+    add_run_arguments(p.add_argument_group("output and running"))
+    add_backend_arguments(p.add_argument_group("backend (docs/generate_distilled.md: which to use)"))
     add_cluster_arguments(p)
     return p
 

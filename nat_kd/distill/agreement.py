@@ -6,16 +6,16 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from .backends.fairseq import FairseqBackend
-from .backends.transformers import TransformersBackend
-from .workers import ChunkDecoder, Session
+from .backends import Backend, backend_class
+from .chunk_decoder import ChunkDecoder
+from .session import Session
+from .transformers_reference import TransformersReference
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 BATCH_SENTENCES = 100
 # an identical share below this: the two do not decode the same model (rounding, float16 or int8 change some
 # hypotheses, not nearly all), and the warning names the usual causes
 LOW_AGREEMENT = 0.2
-REFERENCES = {"fairseq": FairseqBackend, "transformers": TransformersBackend}
 
 
 def sample_batches(session: Session, count: int) -> list[list[int]]:
@@ -30,7 +30,7 @@ def sample_batches(session: Session, count: int) -> list[list[int]]:
 def check_references(session: Session) -> None:
     """Refuse a check the run cannot make, before anything is decoded."""
     if session.cfg.check_against_transformers:
-        TransformersBackend.check(session.backend_settings, session.teacher)
+        TransformersReference.check(session.backend_settings, session.teacher)
 
 
 def check_against(session: Session, reference: str, count: int, threads: int) -> dict:
@@ -39,10 +39,10 @@ def check_against(session: Session, reference: str, count: int, threads: int) ->
     import sacrebleu
 
     batches = sample_batches(session, count)
-    if session.device != "cpu" and reference == "fairseq":
-        session.teacher.to(session.device)
-    backend = REFERENCES[reference](replace(session.backend_settings, name=reference), session.backend_inputs,
-                                    threads)
+    reference_class = TransformersReference if reference == "transformers" else backend_class(reference)
+    if session.device != "cpu" and issubclass(reference_class, Backend) and reference_class.pytorch_teacher:
+        session.teacher.to(session.device)  # the run's own backend left it on the CPU
+    backend = reference_class(replace(session.backend_settings, name=reference), session.backend_inputs, threads)
     ours = session.cfg.backend
     decoders = {reference: ChunkDecoder(session, threads, backend), ours: ChunkDecoder(session, threads)}
     try:

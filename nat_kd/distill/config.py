@@ -9,6 +9,7 @@ from nat_kd.errors import SettingsError
 from nat_kd.tokenization import TokenizationSettings
 
 from .autobatch import AUTO
+from .backends import DEFAULT_BACKEND, PUBLISHED_TEACHER_BACKEND, backend_class, names_with
 from .decoding import DecodingSettings
 from .teachers import is_published
 
@@ -37,14 +38,14 @@ class DistillConfig:
     threads: int = 0  # torch threads per worker; 0: cores / workers
     device: str = "auto"  # "cpu", "cuda", or auto
     progress_bar: bool = True
-    backend: str | None = None  # "fairseq" or "ctranslate2" (backends/); None: ctranslate2 for a model folder
+    backend: str | None = None  # a registered backend (backends/); None: its default for the teacher
     teacher_src_lang: str | None = None  # a multilingual published teacher's language codes (NLLB: eng_Latn)
     teacher_tgt_lang: str | None = None
-    student_data: str | None = None  # a nat_kd.prepare folder: bin/ in the student's tokens (student.py)
+    student_data: str | None = None  # a nat_kd.prepare folder: bin/ in the student's tokens (student_vocabulary.py)
     languages: tuple[str, str] | None = None  # the output files' suffixes (default: --source's and --reference's)
     compute_type: str = "float32"  # ctranslate2: float32, int8, int8_float32; on a GPU also float16, bfloat16
     fp16: bool = False  # fairseq on a GPU: the teacher in half precision
-    ct2_cache: str | None = None  # ctranslate2: converted teachers (default: OUT/../.ctranslate2-cache)
+    ct2_cache: str | None = None  # converted teachers (default: OUT/../.ctranslate2-cache)
     keep_empty_lines: bool = False  # bin/ keeps the (empty, empty) pairs of empty sources too
     check_against_fairseq: int = 0  # at the merge: decode this many sentences with the fairseq backend too
     check_against_transformers: int = 0  # the same with transformers' generate (a Hugging Face teacher)
@@ -65,39 +66,46 @@ class DistillConfig:
         return suffixes[0], suffixes[1]
 
     def check(self) -> None:
-        """Options that do not fit together."""
+        """Options that do not fit together, or that the backend does not take (its policy: backends/base.py)."""
+        backend = backend_class(self.backend)
         if self.published_teacher:
             if len(self.teachers) > 1:
                 raise SettingsError(f"--teacher-path: a model folder is one teacher, not part of an ensemble "
                                     f"({', '.join(self.teachers)})")
-            if self.backend != "ctranslate2":
-                raise SettingsError(f"--teacher-path {self.teachers[0]} is a model folder, which the ctranslate2 "
-                                    "backend decodes: drop --backend fairseq")
+            if not backend.decodes_published_teachers:
+                raise SettingsError(f"--teacher-path {self.teachers[0]} is a model folder, which the "
+                                    f"{PUBLISHED_TEACHER_BACKEND} backend decodes: drop --backend {self.backend}")
             if self.check_against_fairseq:
                 raise SettingsError("--check-against-fairseq needs a fairseq teacher; for a Hugging Face teacher "
                                     "use --check-against-transformers")
             if not self.source:
                 raise SettingsError("a published teacher reads raw text: give --source (or --prepared)")
-        if self.backend != "ctranslate2" and self.compute_type != "float32":
-            raise SettingsError(f"--compute-type {self.compute_type} is for --backend ctranslate2; the fairseq "
-                                "backend takes --fp16 (on a GPU)")
+        if not backend.takes_compute_type and self.compute_type != "float32":
+            fp16 = f"; the {self.backend} backend takes --fp16 (on a GPU)" if backend.takes_fp16 else ""
+            raise SettingsError(f"--compute-type {self.compute_type} is for --backend "
+                                f"{' or '.join(names_with('takes_compute_type'))}{fp16}")
         if self.check_against_transformers and not self.published_teacher:
             raise SettingsError("--check-against-transformers compares with a Hugging Face teacher's own generate: "
                                 "give its folder as --teacher-path (for a fairseq teacher: --check-against-fairseq)")
-        if self.check_against_fairseq and self.backend == "fairseq":
+        if self.check_against_fairseq and backend.reference:
             raise SettingsError("--check-against-fairseq compares another backend with fairseq: add --backend "
-                                "ctranslate2")
+                                + " or ".join(names_with("reference", False)))
         if self.max_tokens == AUTO:
-            if self.backend != "fairseq":
-                raise SettingsError("--max-tokens auto sizes the fairseq backend's beam search to the GPU's memory; "
-                                    f"with --backend {self.backend} give --max-tokens a number")
-            if (self.num_shards or 1) > 1:
-                raise SettingsError(f"--max-tokens auto: the {self.num_shards} shards must share one plan of batches, "
-                                    "and each would size its own to its GPU: give --max-tokens a number (a one-shard "
-                                    "run's meta.json records what auto chose)")
-        if self.backend != "fairseq" and self.fp16:
-            raise SettingsError("--fp16 is for the fairseq backend; with --backend ctranslate2 use --compute-type "
-                                "float16 (or bfloat16) on a GPU")
+            self._check_auto(backend)
+        if self.fp16 and not backend.takes_fp16:
+            raise SettingsError(f"--fp16 is for the {' or '.join(names_with('takes_fp16'))} backend"
+                                + (f"; with --backend {self.backend} use --compute-type float16 (or bfloat16) on a GPU"
+                                   if backend.takes_compute_type else ""))
+
+    def _check_auto(self, backend) -> None:
+        if not backend.max_tokens_auto:
+            raise SettingsError(f"--max-tokens auto sizes the {' or '.join(names_with('max_tokens_auto'))} backend's "
+                                f"beam search to the GPU's memory; with --backend {self.backend} give --max-tokens a "
+                                "number")
+        if (self.num_shards or 1) > 1:
+            raise SettingsError(f"--max-tokens auto: the {self.num_shards} shards must share one plan of batches, "
+                                "and each would size its own to its GPU: give --max-tokens a number (a one-shard "
+                                "run's meta.json records what auto chose)")
 
     def conversion_cache(self) -> Path:
         """Where converted teachers are kept: ct2_cache, else beside the output folder (shared by every
@@ -106,7 +114,7 @@ class DistillConfig:
 
     def __post_init__(self):
         if self.backend is None:
-            self.backend = "ctranslate2" if self.published_teacher else "fairseq"
+            self.backend = PUBLISHED_TEACHER_BACKEND if self.published_teacher else DEFAULT_BACKEND
         if self.spm_model is not None:
             if self.tokenization is not None:
                 raise SettingsError("spm_model is a shortcut for tokenization=TokenizationSettings.sentencepiece(...): "

@@ -21,14 +21,14 @@ from nat_kd.errors import SettingsError
 
 from .agreement import check_against, check_references
 from .autobatch import AUTO, AutoBatching, auto_batching
-from .backends import backend_class
 from .config import DistillConfig
 from .output import write_output
+from .pool import choose_device, decode_pending, parallelism
 from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
 from .scores import scores
+from .session import Session
 from .source import token_strings
-from .student import StudentData
-from .workers import Session, choose_device, decode_pending, parallelism
+from .student_vocabulary import StudentData
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 
@@ -40,17 +40,22 @@ class DistillResult:
     meta: dict | None = None
 
 
-def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float,
-           agreement: dict) -> dict:
-    cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
-    max_tokens, max_sentences = session.batch_limits()
-    store.check_complete(len(chunks), num_shards)
-    out_dir = Path(cfg.out_dir)
-    atomic.remove_stale_builds(out_dir)  # left by a merge killed mid-write
-    pieces: list[str | None] = [None] * len(corpus)
-    target_text: list[str | None] = [None] * len(corpus)
+@dataclass
+class SavedChunks:
+    """The saved chunks put together in sentence order."""
+
+    pieces: list[str]
+    target_text: list[str]
+    statistics: list  # each chunk's summed BLEU/chrF statistics (with references)
+    decode_seconds: float
+    line_scores: dict  # column -> each line's score
+
+
+def load_chunks(store: ChunkStore, n_chunks: int, sentences: int) -> SavedChunks:
+    pieces: list[str | None] = [None] * sentences
+    target_text: list[str | None] = [None] * sentences
     statistics, decode_seconds, line_scores = [], 0.0, {}
-    for index in range(len(chunks)):
+    for index in range(n_chunks):
         result = store.load(index)
         decode_seconds += result["seconds"]
         if "statistics" in result:
@@ -58,11 +63,23 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         for sentence_id, piece_line, text in zip(result["ids"], result["pieces"], result["text"]):
             pieces[sentence_id], target_text[sentence_id] = piece_line, text
         for name, values in result["scores"].items():
-            line_scores.setdefault(name, np.full(len(corpus), np.nan))[result["ids"]] = values
+            line_scores.setdefault(name, np.full(sentences, np.nan))[result["ids"]] = values
     lost = [i + 1 for i, p in enumerate(pieces) if p is None]
     if lost:
         raise ProgressError(f"{len(lost)} sentences have no output (lines {lost[:10]}...); delete {store.dir} "
                             "and rerun")
+    return SavedChunks(pieces, target_text, statistics, decode_seconds, line_scores)
+
+
+def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float,
+           agreement: dict) -> dict:
+    cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
+    max_tokens, max_sentences = session.batch_limits()
+    store.check_complete(len(chunks), num_shards)
+    out_dir = Path(cfg.out_dir)
+    atomic.remove_stale_builds(out_dir)  # left by a merge killed mid-write
+    saved = load_chunks(store, len(chunks), len(corpus))
+    pieces, target_text = saved.pieces, saved.target_text
     source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     out = DistilledSet(out_dir)
     bin_left_out = [] if cfg.keep_empty_lines else corpus.empty_lines
@@ -76,14 +93,14 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
         "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
         "empty_outputs": sum(1 for p in pieces if not p),
-        "scores": scores(statistics, target_text, corpus.references),
+        "scores": scores(saved.statistics, target_text, corpus.references),
         "batching": {"max_tokens": max_tokens, "max_sentences": max_sentences,
                      "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
                      "required_batch_size_multiple": 1, "num_shards": num_shards,
                      **({"auto": session.auto.record} if session.auto else {})},
         **agreement,
         "fingerprint": session.fingerprint(), "nat_kd_version": __version__,
-        "timing": {**timing, "chunk_decode_seconds_total": round(decode_seconds, 3)},
+        "timing": {**timing, "chunk_decode_seconds_total": round(saved.decode_seconds, 3)},
         "files": {"source": out.text(cfg.split, teacher.source_lang).name,
                   "target": out.text(cfg.split, teacher.target_lang).name,
                   "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/",
@@ -100,7 +117,7 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
                  source_text=corpus.source_text, source_tokens=corpus.source_tokens,
                  source_pieces=source_pieces, target_pieces=pieces, target_text=target_text, meta=meta,
                  bin_left_out=bin_left_out, references=corpus.references,
-                 sentence_scores=SentenceScores(line_scores, SentenceScorer().settings), **bin_arguments)
+                 sentence_scores=SentenceScores(saved.line_scores, SentenceScorer().settings), **bin_arguments)
     if student:
         student.warn_unknown(meta)
     # the run's whole wall time, merge included (the output folder is complete already; this only updates it)
@@ -131,7 +148,7 @@ def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) ->
         check_auto_device(cfg, device)
     session = Session(cfg, device)
     if check_backend:
-        backend_class(cfg.backend).check(session.backend_settings, session.teacher)
+        session.backend_type.check(session.backend_settings, session.teacher)
     check_references(session)
     return session
 
@@ -167,7 +184,6 @@ def distill(cfg: DistillConfig) -> DistillResult:
     session = open_session(cfg, device, check_backend=not cfg.merge_only)
     workers, threads = parallelism(cfg, device)
     num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
-    backend = backend_class(cfg.backend)
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
     fingerprint = session.fingerprint()
@@ -184,7 +200,7 @@ def distill(cfg: DistillConfig) -> DistillResult:
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
     decoded, decode_wall = 0, 0.0
     if not cfg.merge_only:
-        backend.prepare(session.backend_settings, session.teacher)
+        session.backend_type.prepare(session.backend_settings, session.teacher)
         pending = [i for i in shard_chunks(len(chunks), shard_id, num_shards) if not store.is_done(i)]
         logger.info("%s: %d chunks, %d to decode in %s (%d worker(s) x %d thread(s) on %s)", out_dir,
                     len(chunks), len(pending), label, workers, threads, device)

@@ -40,7 +40,7 @@ from nat_kd.hashing import sha256_file, sha256_json
 from ..decoding import build_strategy
 from ..source import token_strings
 from ..teachers import PublishedTeacher
-from .base import BackendInputs, BackendSettings, Hypothesis
+from .base import Backend, BackendInputs, BackendSettings, Decoded, Hypothesis
 
 logger = logging.getLogger("nat_kd.generate_distilled")
 
@@ -249,8 +249,14 @@ def batch_seed(seed: int, ids: list[int]) -> int:
     return int(sha256_json([seed, sorted(ids)])[:8], 16)
 
 
-class CTranslate2Backend:
+class CTranslate2Backend(Backend):
     name = "ctranslate2"
+    # one process, one model replica per core decoding sub-batches side by side: faster than processes on 2 cores
+    # (docs/generate_distilled.md)
+    cpu_workers = 1
+    takes_compute_type = True
+    decodes_published_teachers = True
+    converter = "ctranslate2.converters.FairseqConverter"
 
     def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1):
         ctranslate2 = import_ctranslate2(settings.device)
@@ -298,20 +304,32 @@ class CTranslate2Backend:
             return ctranslate2.Translator(str(self.model_dir), device=self.device, device_index=self.device_index,
                                           compute_type=self.compute_type, files=files, **threads)
 
-    check = staticmethod(check)
+    @classmethod
+    def check(cls, settings: BackendSettings, teacher) -> None:
+        check(settings, teacher)  # the module's function
 
-    @staticmethod
-    def prepare(settings: BackendSettings, teacher) -> None:
+    @classmethod
+    def prepare(cls, settings: BackendSettings, teacher) -> None:
         """Convert (or find) the teacher once, before the workers start and look for it."""
         model_dir(teacher, Path(settings.cache))
 
-    @staticmethod
-    def describe(settings: BackendSettings) -> dict:
-        """meta.json's ``backend``."""
+    @classmethod
+    def set_up_process(cls, device: str) -> None:
+        """Before a published teacher's folder imports ctranslate2 as it loads."""
+        load_pip_cublas(device)
+
+    @classmethod
+    def converter_version(cls) -> str:
+        import ctranslate2
+
+        return ctranslate2.__version__
+
+    @classmethod
+    def describe(cls, settings: BackendSettings) -> dict:
         import ctranslate2
 
         strategy = settings.decoding.strategy
-        return {"name": CTranslate2Backend.name, "ctranslate2_version": ctranslate2.__version__,
+        return {"name": cls.name, "ctranslate2_version": ctranslate2.__version__,
                 "compute_type": settings.compute_type,
                 "sub_batch_tokens": sub_batch_tokens(device_and_index(settings.device)[0], strategy),
                 **({"sampling_reproducible": "the same seed and batching (--max-tokens, --max-sentences) give the "
@@ -319,8 +337,7 @@ class CTranslate2Backend:
                     "samples, and they differ from the fairseq backend's"}
                    if strategy in SAMPLING_STRATEGIES else {})}
 
-    def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
-        """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
+    def decode(self, ids: list[int]) -> Decoded:
         return self.submit(ids).result()
 
     def submit(self, ids: list[int]) -> "PendingBatch":
@@ -378,7 +395,7 @@ class PendingBatch:
     def __init__(self, backend: CTranslate2Backend, ids: list[int], results):
         self.backend, self.ids, self.results = backend, ids, results
 
-    def result(self) -> list[tuple[int, list[Hypothesis]]]:
+    def result(self) -> Decoded:
         with self.backend.position_limit():
             done = [r.result() if hasattr(r, "result") else r for r in self.results]
         return [(i, self.backend.hypotheses(r)) for i, r in zip(self.ids, done)]

@@ -9,11 +9,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..decoding import build_strategy
 from ..source import token_strings
-from .base import BackendInputs, BackendSettings, DecodedBatch, Hypothesis
+from .base import Backend, BackendInputs, BackendSettings, Decoded, DecodedBatch, Hypothesis
 
 
-class FairseqBackend:
+class FairseqBackend(Backend):
     name = "fairseq"
+    takes_fp16 = True
+    max_tokens_auto = True  # autobatch.py bounds SequenceGenerator's memory
+    pytorch_teacher = True
+    reference = True
 
     def __init__(self, settings: BackendSettings, inputs: BackendInputs, threads: int = 1,
                  background: bool | None = None):
@@ -24,7 +28,7 @@ class FairseqBackend:
         self.generator = strategy.build_generator(self.teacher.models, self.teacher.tgt_dict)
         # background (default: on a GPU): ``submit`` hands the batch to one thread of our own and returns at once,
         # so the GPU decodes the next chunk while the caller detokenizes, scores and saves this one
-        # (workers.decode_pending queues a chunk before finishing the last). One thread decodes the batches one
+        # (pool.decode_here queues a chunk before finishing the last). One thread decodes the batches one
         # at a time in submission order, each exactly as ``decode`` would (grad mode is per thread: fairseq's
         # task.inference_step turns gradients off itself). Not on the CPU: there torch already runs one thread
         # per core, and a second busy thread would oversubscribe them.
@@ -32,24 +36,15 @@ class FairseqBackend:
         self._executor = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="nat-kd-fairseq")
                           if self.background else None)
 
-    @staticmethod
-    def check(settings: BackendSettings, teacher) -> None:
-        """Any fairseq model decodes here."""
-
-    @staticmethod
-    def prepare(settings: BackendSettings, teacher) -> None:
-        """Nothing to prepare: every worker loads the checkpoint itself."""
-
-    @staticmethod
-    def describe(settings: BackendSettings) -> dict:
-        """meta.json's ``backend``."""
-        return {"name": FairseqBackend.name, "fp16": settings.fp16}
+    @classmethod
+    def describe(cls, settings: BackendSettings) -> dict:
+        return {"name": cls.name, "fp16": settings.fp16}
 
     def submit(self, ids: list[int]) -> "DecodedBatch | Future":
         """The batch queued on the background thread (a Future), or decoded now; ``result()`` returns ``decode``'s
         answer, or raises its error."""
         if self._executor is None:
-            return DecodedBatch(self.decode(ids))
+            return super().submit(ids)
         return self._executor.submit(self.decode, ids)
 
     def close(self) -> None:
@@ -58,8 +53,7 @@ class FairseqBackend:
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
-        """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
+    def decode(self, ids: list[int]) -> Decoded:
         sample = self.dataset.collater([self.dataset[i] for i in ids])
         if self.device != "cpu":
             from fairseq import utils

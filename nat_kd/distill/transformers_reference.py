@@ -1,5 +1,6 @@
 """transformers' own ``generate`` on a Hugging Face teacher: the reference that ``--check-against-transformers``
-compares the ctranslate2 backend with (not a backend of its own: CTranslate2 decodes these teachers faster).
+compares the ctranslate2 backend with (agreement.py). A decoder (backends.base.Decoder), not a backend:
+CTranslate2 decodes these teachers faster, so ``--backend`` never chooses it.
 
 The same source tokens (the teacher tokenizer's, EOS included), the same beam size, length penalty and
 length limit, the n-best when the strategy reranks it. The limit is fairseq's: at most --max-len-b tokens,
@@ -15,15 +16,14 @@ import math
 
 from nat_kd.errors import SettingsError
 
-from ..decoding import build_strategy
-from ..source import token_strings
-from .base import BackendInputs, BackendSettings, DecodedBatch, Hypothesis
+from .backends.base import BackendInputs, BackendSettings, Decoded, Decoder, Hypothesis
+from .decoding import build_strategy
+from .source import token_strings
 
 SAMPLING_STRATEGIES = ("sampling", "topk", "topp")
 
 
-class TransformersBackend:
-    name = "transformers"
+class TransformersReference(Decoder):
 
     @staticmethod
     def check(settings: BackendSettings, teacher) -> None:
@@ -78,11 +78,7 @@ class TransformersBackend:
                           f"{teacher.target_prefix[0]}, transformers from {forced}")
         return causes
 
-    def submit(self, ids: list[int]) -> DecodedBatch:
-        return DecodedBatch(self.decode(ids))
-
-    def decode(self, ids: list[int]) -> list[tuple[int, list[Hypothesis]]]:
-        """(sentence id, n-best hypotheses, best first) for each sentence of one batch."""
+    def decode(self, ids: list[int]) -> Decoded:
         torch, tokenizer = self.torch, self.tokenizer
         sources = [tokenizer.convert_tokens_to_ids(line.split() + [self.eos])
                    for line in token_strings(self.src_dict, [self.source_tokens[i] for i in ids])]

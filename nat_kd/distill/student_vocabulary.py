@@ -11,7 +11,7 @@ from nat_kd.artifacts import PreparedCorpus
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file
 
-logger = logging.getLogger("nat_kd.distill.student")
+logger = logging.getLogger("nat_kd.distill.student_vocabulary")
 
 # a larger share of the targets' tokens outside the student's dictionary is warned about (and on the card)
 UNK_WARNING_SHARE = 0.01
