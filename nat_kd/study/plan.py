@@ -126,12 +126,12 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
     save_dir = ctx.work / "checkpoints"
     # a set of several references a sentence: the student's loss takes them all (references_step)
     several = ctx.results[data].get("references") if data else None
-    references = (several, ctx.results[data]["selection"]) if several else None
+    targets = (several, ctx.results[data]["selection"]) if several else None
 
     def train(budget: Training) -> Path:
         return jobs.train(bin_dir, save_dir, arch=arch, shape=shape_, training=budget, log=ctx.log,
                           threads=ctx.threads, nat_family=nat_family, seed=seed, gpus=ctx.gpus, fp16=ctx.fp16,
-                          references=references,
+                          references=targets,
                           save_updates=ctx.save_updates)
 
     result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)),
@@ -207,7 +207,7 @@ def references_step(ctx: StepContext, *, prepare: str, sets: list[str], union: b
     """nat_kd.references: the distilled sets ``sets`` as one set of several references a sentence (each
     sentence trained on the one it fits best, or on all: ``selection``), or with ``union`` their pairs one
     after the other."""
-    from nat_kd.references import build, reference_file
+    from nat_kd.distill.references import build, reference_file
 
     out = DistilledSet(ctx.work / "data")
     split = DistilledSet(ctx.results[sets[0]]["dir"]).meta()["split"]
