@@ -4,8 +4,10 @@ import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -178,3 +180,137 @@ def run_profile(profile: str, tmp_path: Path, evaluation: int = 100):
     cfg = study_config.load(profile)
     assert set(steps) == {s.name for s in build_plan(cfg, results)}
     return out, corpus, results, (results / "results.md").read_text(), steps, cfg
+
+# ------------------------------------------------------------------ the generator's micro teacher and its input
+
+N_LINES = 48
+EMPTY_LINE = 5  # 1-based
+LONG_LINE = 9  # longer than the teacher's 1024 source positions
+
+
+@pytest.fixture(scope="session")
+def teacher(tiny_en_de, tmp_path_factory):
+    """A micro AT teacher (60 updates) of the tiny corpus: the generator's tests decode with it."""
+    save = tmp_path_factory.mktemp("teacher")
+    # one thread: on a shared 2-core machine OpenMP's spinning threads cost more than they give
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fairseq_cli.train", tiny_en_de / "bin", "--user-dir", "fairseq_plugins",
+         "--arch", "kd_transformer_tiny", *MICRO_MODEL, "--optimizer", "adam", "--lr", "5e-3",
+         "--max-tokens", "2048", "--max-update", "60", "--criterion", "label_smoothed_cross_entropy",
+         "--required-batch-size-multiple", "1", "--save-dir", save, "--no-epoch-checkpoints",
+         "--save-interval", "1000", "--disable-validation", "--seed", "1", "--log-format", "none"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="session")
+def corpus(tiny_en_de, tmp_path_factory):
+    """The first valid lines of the tiny corpus, with one empty source and one over-long source: the generator's
+    tests' input."""
+    d = tmp_path_factory.mktemp("corpus")
+    src = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()[:N_LINES]
+    ref = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()[:N_LINES]
+    src[EMPTY_LINE - 1] = ""
+    src[LONG_LINE - 1] = " ".join(["dog"] * 1100)
+    (d / "src.en").write_text("".join(s + "\n" for s in src), encoding="utf-8")
+    (d / "ref.de").write_text("".join(r + "\n" for r in ref), encoding="utf-8")
+    return d
+
+
+def config(teacher, tiny_en_de, corpus, out, **kw):
+    """The generator's settings for a run of ``teacher`` over ``corpus`` into ``out``; ``kw``: decoding settings and
+    DistillConfig's own."""
+    from nat_kd.distill import DistillConfig
+    from nat_kd.distill.decoding import DecodingSettings
+
+    decoding = {k: kw.pop(k) for k in list(kw) if k in DecodingSettings.__dataclass_fields__}
+    decoding.setdefault("max_len_b", 20)
+    return DistillConfig(teachers=[str(teacher)], out_dir=str(out), spm_model=str(tiny_en_de / "spm.model"),
+                         split="valid", source=str(corpus / "src.en"), reference=str(corpus / "ref.de"),
+                         dict_dir=str(tiny_en_de / "bin"), decoding=DecodingSettings(**decoding),
+                         workers=kw.pop("workers", 1), threads=1, progress_bar=False, **kw)
+
+
+def kill_after_first_chunk_and_resume(command: list[str], out: Path) -> None:
+    """Run the generator ``command``, kill -9 it once a chunk is saved (before the last), then run it again
+    to the end; checks the kill really fell mid-run and nothing half-written was left."""
+    partial = out.with_name(out.name + ".partial")
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not list(partial.glob("chunk-*.json")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    saved = len(list(partial.glob("chunk-*.json")))
+    n_chunks = len(json.loads((partial / "plan.json").read_text())["chunks"])
+    assert 0 < saved < n_chunks and not out.exists()  # really killed mid-run, nothing half-written
+    assert subprocess.run(command, cwd=ROOT).returncode == 0
+    assert not partial.exists()
+
+
+def output_bytes(out: Path) -> dict:
+    """Every output file's bytes, and meta.json without its timing (meta.json and the card without the name)."""
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    meta = json.loads(files.pop("meta.json"))
+    meta.pop("timing")
+    meta.pop("name")  # the output folder's name
+    meta["batching"].pop("num_shards")
+    card = json.loads(files.pop("card.json"))
+    card.pop("name")
+    files["CARD.md"] = files["CARD.md"].split(b"\n", 1)[1]  # its title is the name
+    return {**files, "meta": meta, "card": card}
+
+
+def lines(path: Path) -> list[str]:
+    """A text file's lines, an empty last one (after the final newline) left out."""
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def cli(teacher, tiny_en_de, corpus, out, *extra):
+    """The generator's command line for the same run as ``config``'s."""
+    return [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher", str(teacher),
+            "--source", str(corpus / "src.en"), "--reference", str(corpus / "ref.de"), "--split", "valid",
+            "--spm-model", str(tiny_en_de / "spm.model"), "--dict-dir", str(tiny_en_de / "bin"),
+            "--out", str(out), "--max-len-b", "20", "--workers", "1", "--threads", "1", "--no-progress-bar", *extra]
+
+
+# ------------------------------------------------------------------ published teachers built here (Hugging Face)
+
+def train_sentencepiece(texts: list[str], prefix, size: int, model_type: str = "unigram"):
+    import sentencepiece
+
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_prefix=str(prefix), vocab_size=size, model_type=model_type,
+        character_coverage=1.0, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2)
+    return sentencepiece.SentencePieceProcessor(model_file=f"{prefix}.model")
+
+
+def tiny(config_class, vocab_size: int, positions: int = 512, **special):
+    # wide initial weights: a random model whose outputs depend on its input (beams and samples then differ)
+    return config_class(vocab_size=vocab_size, d_model=32, encoder_layers=1, decoder_layers=1,
+                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                        max_position_embeddings=positions, init_std=0.5, **special)
+
+
+def marian_teacher(source: list[str], target: list[str], work, folder):
+    """A random MarianMT folder as OPUS-MT ships one: a sentencepiece model per language (150 pieces) and one
+    vocabulary of both; its files are written to ``folder``, the models' to ``work``."""
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    pieces = []
+    for lang, text in (("src", source), ("tgt", target)):
+        model = train_sentencepiece(text, work / f"sp_{lang}", 150)
+        pieces += [model.id_to_piece(i) for i in range(model.get_piece_size())]
+    vocab = {"</s>": 0, "<unk>": 1}
+    for piece in pieces:
+        vocab.setdefault(piece, len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (work / "marian_vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    MarianTokenizer(source_spm=str(work / "sp_src.model"), target_spm=str(work / "sp_tgt.model"),
+                    vocab=str(work / "marian_vocab.json"), model_max_length=512).save_pretrained(folder)
+    pad = len(vocab) - 1
+    MarianMTModel(tiny(MarianConfig, len(vocab), pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
+                       forced_eos_token_id=0)).save_pretrained(folder)
+    return folder

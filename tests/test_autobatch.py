@@ -5,11 +5,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import config, output_bytes
 import torch
 
 from nat_kd.distill.autobatch import ModelShape, auto_batching, model_shape, size_batches
 from nat_kd.errors import SettingsError
-from test_generate import corpus, teacher  # noqa: F401  (fixtures: the micro teacher and its corpus)
 
 GIB = 1 << 30
 # kd_transformer_tiny with a 120-symbol dictionary: 3 decoder layers, 256 wide, FFN 1024, 4 heads
@@ -168,8 +168,7 @@ def test_the_plan_keeps_autos_batches_for_a_rerun_and_meta_records_them(teacher,
     without sizing again, and gives what the same limits given as numbers give."""
     from nat_kd.distill import distill, pipeline
     from nat_kd.distill.autobatch import AutoBatching
-    from test_generate import config, output_bytes
-
+    
     chosen = AutoBatching(max_tokens=1100, max_sentences=6,
                           record={"requested": "auto", "free_bytes": 8 * GIB, "budget_bytes": 1234})
     sized = []

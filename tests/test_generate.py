@@ -1,13 +1,8 @@
 """nat_kd.generate_distilled end to end on a micro teacher: strategies, resume, shards, bad input."""
 import json
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,85 +10,12 @@ import pytest
 import sacrebleu
 import torch
 
-from conftest import MICRO_MODEL, ROOT
+from conftest import EMPTY_LINE, LONG_LINE, N_LINES, cli, config, kill_after_first_chunk_and_resume, lines, output_bytes
 from nat_kd.distill.progress import ChunkStore, ProgressError, plan_chunks, shard_from_env
 from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.distill import DistillConfig, distill
 from nat_kd.generate_distilled import main
 from fairseq_plugins.teacher import TeacherError
-
-N_LINES = 48
-EMPTY_LINE = 5  # 1-based
-LONG_LINE = 9  # longer than the teacher's 1024 source positions
-
-
-@pytest.fixture(scope="module")
-def teacher(tiny_en_de, tmp_path_factory):
-    save = tmp_path_factory.mktemp("teacher")
-    # one thread: on a shared 2-core machine OpenMP's spinning threads cost more than they give
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "fairseq_cli.train", tiny_en_de / "bin", "--user-dir", "fairseq_plugins",
-         "--arch", "kd_transformer_tiny", *MICRO_MODEL, "--optimizer", "adam", "--lr", "5e-3",
-         "--max-tokens", "2048", "--max-update", "60", "--criterion", "label_smoothed_cross_entropy",
-         "--required-batch-size-multiple", "1", "--save-dir", save, "--no-epoch-checkpoints",
-         "--save-interval", "1000", "--disable-validation", "--seed", "1", "--log-format", "none"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    return save / "checkpoint_last.pt"
-
-
-@pytest.fixture(scope="module")
-def corpus(tiny_en_de, tmp_path_factory):
-    """The first valid lines, with one empty source and one over-long source."""
-    d = tmp_path_factory.mktemp("corpus")
-    src = (tiny_en_de / "raw" / "valid.en").read_text(encoding="utf-8").splitlines()[:N_LINES]
-    ref = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()[:N_LINES]
-    src[EMPTY_LINE - 1] = ""
-    src[LONG_LINE - 1] = " ".join(["dog"] * 1100)
-    (d / "src.en").write_text("".join(s + "\n" for s in src), encoding="utf-8")
-    (d / "ref.de").write_text("".join(r + "\n" for r in ref), encoding="utf-8")
-    return d
-
-
-def config(teacher, tiny_en_de, corpus, out, **kw):
-    decoding = {k: kw.pop(k) for k in list(kw) if k in DecodingSettings.__dataclass_fields__}
-    decoding.setdefault("max_len_b", 20)
-    return DistillConfig(teachers=[str(teacher)], out_dir=str(out), spm_model=str(tiny_en_de / "spm.model"),
-                         split="valid", source=str(corpus / "src.en"), reference=str(corpus / "ref.de"),
-                         dict_dir=str(tiny_en_de / "bin"), decoding=DecodingSettings(**decoding),
-                         workers=kw.pop("workers", 1), threads=1, progress_bar=False, **kw)
-
-
-def kill_after_first_chunk_and_resume(command: list[str], out: Path) -> None:
-    """Run the generator ``command``, kill -9 it once a chunk is saved (before the last), then run it again
-    to the end; checks the kill really fell mid-run and nothing half-written was left."""
-    partial = out.with_name(out.name + ".partial")
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while not list(partial.glob("chunk-*.json")) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    saved = len(list(partial.glob("chunk-*.json")))
-    n_chunks = len(json.loads((partial / "plan.json").read_text())["chunks"])
-    assert 0 < saved < n_chunks and not out.exists()  # really killed mid-run, nothing half-written
-    assert subprocess.run(command, cwd=ROOT).returncode == 0
-    assert not partial.exists()
-
-
-def output_bytes(out: Path) -> dict:
-    """Every output file's bytes, and meta.json without its timing (meta.json and the card without the name)."""
-    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    meta = json.loads(files.pop("meta.json"))
-    meta.pop("timing")
-    meta.pop("name")  # the output folder's name
-    meta["batching"].pop("num_shards")
-    card = json.loads(files.pop("card.json"))
-    card.pop("name")
-    files["CARD.md"] = files["CARD.md"].split(b"\n", 1)[1]  # its title is the name
-    return {**files, "meta": meta, "card": card}
-
 
 @pytest.fixture(scope="module")
 def runs(teacher, tiny_en_de, corpus, tmp_path_factory):
@@ -106,10 +28,6 @@ def runs(teacher, tiny_en_de, corpus, tmp_path_factory):
                 "seq-inter-chrf": dict(strategy="seq-inter", beam=4, seq_inter_metric="chrf")}
     return {name: distill(config(teacher, tiny_en_de, corpus, base / name, **s)).out_dir
             for name, s in settings.items()}
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
 @pytest.mark.parametrize("name", ["beam", "greedy", "sampling", "topk", "topp", "seq-inter"])
@@ -168,13 +86,6 @@ def test_rerun_of_a_finished_run_is_a_no_op(runs, teacher, tiny_en_de, corpus):
     assert (out / "meta.json").read_bytes() == before
 
 
-def cli(teacher, tiny_en_de, corpus, out, *extra):
-    return [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher", str(teacher),
-            "--source", str(corpus / "src.en"), "--reference", str(corpus / "ref.de"), "--split", "valid",
-            "--spm-model", str(tiny_en_de / "spm.model"), "--dict-dir", str(tiny_en_de / "bin"),
-            "--out", str(out), "--max-len-b", "20", "--workers", "1", "--threads", "1", "--no-progress-bar", *extra]
-
-
 def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp_path):
     reference = distill(config(teacher, tiny_en_de, corpus, tmp_path / "whole", strategy="topk",
                                max_tokens=1100, max_sentences=6, chunk_sentences=6)).out_dir
@@ -227,12 +138,12 @@ def test_workers_share_a_gpu_only_when_asked_and_each_loads_the_teacher_on_it(mo
     assert pool.parallelism(cfg(backend="ctranslate2"), "cpu") == (1, 16)  # its policy: one process of replicas
     loaded = []
 
-    class Session:
+    class LoadedRun:
         def __init__(self, cfg, device="cpu"):
             loaded.append(device)
 
-    monkeypatch.setattr(pool, "Session", Session)
-    monkeypatch.setattr(pool, "ChunkDecoder", lambda session, threads: "decoder")
+    monkeypatch.setattr(pool, "LoadedRun", LoadedRun)
+    monkeypatch.setattr(pool, "ChunkDecoder", lambda loaded, threads: "decoder")
     monkeypatch.setattr(pool, "reuse_freed_memory", lambda: None)
     threads = torch.get_num_threads()
     try:
@@ -407,13 +318,13 @@ def test_output_projection_runs_as_one_matrix_product_per_step(teacher, tiny_en_
     from torch.profiler import profile
 
     from nat_kd.distill.chunk_decoder import ChunkDecoder
-    from nat_kd.distill.session import Session
+    from nat_kd.distill.loaded import LoadedRun
 
-    session = Session(config(teacher, tiny_en_de, corpus, tmp_path / "out", strategy="beam", beam=4))
-    vocab = len(session.teacher.tgt_dict)
-    decoder = ChunkDecoder(session)
+    loaded = LoadedRun(config(teacher, tiny_en_de, corpus, tmp_path / "out", strategy="beam", beam=4))
+    vocab = len(loaded.teacher.tgt_dict)
+    decoder = ChunkDecoder(loaded)
     with profile(record_shapes=True) as prof:
-        decoder.decode_batch(session.batches()[0])
+        decoder.decode_batch(loaded.batches()[0])
     calls = [(event.key, event.input_shapes) for event in prof.key_averages(group_by_input_shape=True)]
     vocab_products = [(name, shapes) for name, shapes in calls
                       if name in ("aten::bmm", "aten::mm", "aten::addmm") and vocab in sum(shapes, [])]
@@ -435,12 +346,12 @@ def fairseq_generate_batches(task, split: str, max_tokens: int) -> list[list[int
 def test_batches_are_fairseq_generates_from_binarized_or_raw_input(teacher, tiny_en_de, tmp_path, split):
     """A hypothesis depends, in its last float bits, on the batch it is decoded in: only fairseq-generate's
     own batches (sorted by source, then reference length; max of the two counted) reproduce its output."""
-    from nat_kd.distill.session import Session
+    from nat_kd.distill.loaded import LoadedRun
 
     common = dict(teachers=[str(teacher)], spm_model=str(tiny_en_de / "spm.model"), split=split,
                   dict_dir=str(tiny_en_de / "bin"), max_tokens=300, workers=1, threads=1, progress_bar=False)
-    binarized = Session(DistillConfig(out_dir=str(tmp_path / "b"), data_dir=str(tiny_en_de / "bin"), **common))
-    raw = Session(DistillConfig(out_dir=str(tmp_path / "r"), source=str(tiny_en_de / "raw" / f"{split}.en"),
+    binarized = LoadedRun(DistillConfig(out_dir=str(tmp_path / "b"), data_dir=str(tiny_en_de / "bin"), **common))
+    raw = LoadedRun(DistillConfig(out_dir=str(tmp_path / "r"), source=str(tiny_en_de / "raw" / f"{split}.en"),
                                  reference=str(tiny_en_de / "raw" / f"{split}.de"), **common))
     expected = fairseq_generate_batches(binarized.teacher.task, split, 300)
     assert len(expected) > 20
@@ -473,21 +384,21 @@ def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, 
 
     from nat_kd.distill.chunk_decoder import ChunkDecoder
     from nat_kd.distill.decoding.ensemble import LeanEnsembleModel
-    from nat_kd.distill.session import Session
+    from nat_kd.distill.loaded import LoadedRun
 
     cfg = config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam" if strategy == "ensemble" else strategy,
                  max_tokens=1100, max_sentences=8, **extra)
     if strategy == "ensemble":
         cfg.teachers = [str(teacher), str(teacher)]
-    session = Session(cfg)
-    generator = ChunkDecoder(session).backend.generator
+    loaded = LoadedRun(cfg)
+    generator = ChunkDecoder(loaded).backend.generator
     assert isinstance(generator.model, LeanEnsembleModel)
     results = {}
-    for name, model in (("lean", generator.model), ("fairseq", EnsembleModel(list(session.teacher.models)))):
+    for name, model in (("lean", generator.model), ("fairseq", EnsembleModel(list(loaded.teacher.models)))):
         generator.model = model
-        results[name] = [session.teacher.task.inference_step(generator, session.teacher.models,
-                                                             session.dataset.collater([session.dataset[i] for i in b]))
-                         for b in session.batches()]
+        results[name] = [loaded.teacher.task.inference_step(generator, loaded.teacher.models,
+                                                             loaded.dataset.collater([loaded.dataset[i] for i in b]))
+                         for b in loaded.batches()]
     assert len(results["lean"]) > 3
     for lean_batch, plain_batch in zip(results["lean"], results["fairseq"]):
         for lean, plain in zip(lean_batch, plain_batch):
@@ -499,12 +410,12 @@ def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, 
 
 def test_lean_ensemble_skips_only_reorders_within_a_sentence(teacher, tiny_en_de, corpus, tmp_path):
     from nat_kd.distill.decoding.ensemble import LeanEnsembleModel
-    from nat_kd.distill.session import Session
+    from nat_kd.distill.loaded import LoadedRun
 
-    session = Session(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam", beam=2))
-    model = LeanEnsembleModel(list(session.teacher.models))
+    loaded = LoadedRun(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="beam", beam=2))
+    model = LeanEnsembleModel(list(loaded.teacher.models))
     model.set_decoder_beam_size(2)
-    sample = session.dataset.collater([session.dataset[i] for i in (0, 1)])
+    sample = loaded.dataset.collater([loaded.dataset[i] for i in (0, 1)])
     encoded = model.forward_encoder(sample["net_input"])  # 2 sentences
     expanded = model.reorder_encoder_out(encoded, torch.tensor([0, 0, 1, 1]))  # rows 2 -> 4: copied
     assert expanded is not encoded and expanded[0]["encoder_out"][0].size(1) == 4
@@ -518,19 +429,19 @@ def test_lean_ensemble_skips_only_reorders_within_a_sentence(teacher, tiny_en_de
 
 
 def fairseq_backends(teacher, tiny_en_de, corpus, tmp_path):
-    """A session (seq-inter: n-best lists of 4), its non-empty batches, and fairseq backends decoding in the
+    """A loaded (seq-inter: n-best lists of 4), its non-empty batches, and fairseq backends decoding in the
     calling thread and in a background one (forced: on the CPU the default is the calling thread)."""
     from nat_kd.distill.backends.fairseq import FairseqBackend
-    from nat_kd.distill.session import Session
+    from nat_kd.distill.loaded import LoadedRun
 
-    session = Session(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="seq-inter", beam=4,
+    loaded = LoadedRun(config(teacher, tiny_en_de, corpus, tmp_path / "o", strategy="seq-inter", beam=4,
                              max_tokens=1100, max_sentences=6))
-    empty = {line - 1 for line in session.corpus.empty_lines}
-    batches = [[i for i in batch if i not in empty] for batch in session.batches()]
-    synchronous = FairseqBackend(session.backend_settings, session.backend_inputs)
-    background = FairseqBackend(session.backend_settings, session.backend_inputs, background=True)
+    empty = {line - 1 for line in loaded.corpus.empty_lines}
+    batches = [[i for i in batch if i not in empty] for batch in loaded.batches()]
+    synchronous = FairseqBackend(loaded.backend_settings, loaded.backend_inputs)
+    background = FairseqBackend(loaded.backend_settings, loaded.backend_inputs, background=True)
     assert not synchronous.background and background.background
-    return session, [b for b in batches if b], synchronous, background
+    return loaded, [b for b in batches if b], synchronous, background
 
 
 def decoding_threads() -> list[threading.Thread]:
@@ -543,7 +454,7 @@ def test_fairseq_backend_decodes_in_a_background_thread_exactly_as_in_the_caller
     and log-probability, whole n-best lists) the calling thread's; close() leaves no thread behind."""
     from concurrent.futures import Future
 
-    session, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
+    loaded, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
     assert len(batches) > 5
     try:
         queued = [background.submit(batch) for batch in batches]
@@ -559,7 +470,7 @@ def test_fairseq_backend_decodes_in_a_background_thread_exactly_as_in_the_caller
 
 def test_fairseq_backend_submit_returns_before_the_batch_is_decoded(teacher, tiny_en_de, corpus, tmp_path,
                                                                     monkeypatch):
-    session, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
+    loaded, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
     caller, release = threading.get_ident(), threading.Event()
     started = [threading.Event(), threading.Event()]  # the first batch's decoding has begun, the second's
     decode = background.decode
@@ -591,7 +502,7 @@ def test_fairseq_backend_error_in_the_background_thread_surfaces_from_result(tea
     """The decoding's own error, as the calling thread would raise it, from result() and from finish_chunk."""
     from nat_kd.distill.chunk_decoder import ChunkDecoder
 
-    session, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
+    loaded, batches, synchronous, background = fairseq_backends(teacher, tiny_en_de, corpus, tmp_path)
 
     def out_of_memory(*args, **kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory (a test)")
@@ -604,7 +515,7 @@ def test_fairseq_backend_error_in_the_background_thread_surfaces_from_result(tea
         future = background.submit(batches[0])
         with pytest.raises(torch.cuda.OutOfMemoryError, match="a test"):
             future.result(timeout=60)
-        decoder = ChunkDecoder(session, backend=background)
+        decoder = ChunkDecoder(loaded, backend=background)
         pending = decoder.submit_chunk(batches[:2])
         with pytest.raises(torch.cuda.OutOfMemoryError, match="a test"):
             decoder.finish_chunk(pending)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import requires_cuda
+from conftest import N_LINES, cli, config, kill_after_first_chunk_and_resume, lines, output_bytes, requires_cuda
 
 from nat_kd.analysis.metrics.sentence import SentenceScores
 from nat_kd.distill import DistillConfig, distill
@@ -16,8 +16,6 @@ from nat_kd.distill.backends import BackendSettings
 from nat_kd.distill.backends.ctranslate2 import CUBLAS_LIBRARY
 from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.errors import SettingsError
-from test_generate import (EMPTY_LINE, N_LINES, cli, config, corpus, kill_after_first_chunk_and_resume,  # noqa: F401
-                           lines, output_bytes, teacher)
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -26,13 +24,13 @@ def ct2(teacher, tiny_en_de, corpus, out, cache, **kw):  # noqa: F811
     return config(teacher, tiny_en_de, corpus, out, backend="ctranslate2", ct2_cache=str(cache), **kw)
 
 
-def teacher_scores(session, pairs, lenpen: float) -> list[float]:
+def teacher_scores(loaded, pairs, lenpen: float) -> list[float]:
     """fairseq's beam score of each (sentence id, pieces): the teacher-forced log-probability of the pieces and
     EOS, divided by their number ** lenpen (what SequenceGenerator ranks hypotheses by)."""
-    model, tgt = session.teacher, session.teacher.tgt_dict
+    model, tgt = loaded.teacher, loaded.teacher.tgt_dict
     out = []
     for sentence_id, pieces in pairs:
-        src = session.corpus.source_tokens[sentence_id].unsqueeze(0)
+        src = loaded.corpus.source_tokens[sentence_id].unsqueeze(0)
         target = tgt.encode_line(pieces, add_if_not_exist=False, append_eos=True).long().unsqueeze(0)
         previous = torch.cat([target.new_full((1, 1), tgt.eos()), target[:, :-1]], dim=1)
         log_probs = model.log_probs(src, torch.tensor([src.size(1)]), previous)
@@ -50,7 +48,7 @@ def test_hypotheses_equal_fairseqs_or_tie(teacher, tiny_en_de, tmp_path, strateg
     engines differ by design (docs/generate_distilled.md): fairseq forces EOS after MAX_LEN tokens and ranks
     the beam with its probability, CTranslate2 stops after MAX_LEN tokens without it; the half-trained micro
     teacher runs into the limit often. Both kinds are counted and printed (pytest -s)."""
-    from nat_kd.distill.session import Session
+    from nat_kd.distill.loaded import LoadedRun
 
     outs = {}
     for backend in ("fairseq", "ctranslate2"):
@@ -65,9 +63,9 @@ def test_hypotheses_equal_fairseqs_or_tie(teacher, tiny_en_de, tmp_path, strateg
     at_limit = [i for i in range(len(ours)) if MAX_LEN in (len(ours[i].split()), len(theirs[i].split()))]
     differing = [i for i in range(len(ours)) if ours[i] != theirs[i] and i not in at_limit]
     differing_at_limit = [i for i in at_limit if ours[i] != theirs[i]]
-    session = Session(cfg)
-    fairseq_best = teacher_scores(session, [(i, theirs[i]) for i in differing], 1.0)
-    ct2_best = teacher_scores(session, [(i, ours[i]) for i in differing], 1.0)
+    loaded = LoadedRun(cfg)
+    fairseq_best = teacher_scores(loaded, [(i, theirs[i]) for i in differing], 1.0)
+    ct2_best = teacher_scores(loaded, [(i, ours[i]) for i in differing], 1.0)
     print(f"\n{strategy}: {len(ours) - len(at_limit)} hypotheses end before the length limit, {len(differing)} of "
           f"them differ; {len(at_limit)} reach it, {len(differing_at_limit)} of them differ")
     for i, a, b in zip(differing, fairseq_best, ct2_best):
@@ -448,9 +446,9 @@ def test_a_pip_cublas_that_does_not_load_is_one_line(loads_and_imports, tmp_path
 
 
 def test_the_session_loads_pip_cublas_before_the_teacher(loads_and_imports, tmp_path, monkeypatch):
-    """A published teacher's folder imports ctranslate2 as it loads (teachers.py): the session loads pip's cuBLAS
+    """A published teacher's folder imports ctranslate2 as it loads (teachers.py): the loaded loads pip's cuBLAS
     before any teacher; for the fairseq backend it does not."""
-    from nat_kd.distill.session import Session
+    from nat_kd.distill.loaded import LoadedRun
 
     lib = fake_nvidia_package(tmp_path / "site", ["libcublasLt.so.12", "libcublas.so.12"])
     use_site(monkeypatch, tmp_path / "site")
@@ -461,11 +459,11 @@ def test_the_session_loads_pip_cublas_before_the_teacher(loads_and_imports, tmp_
     def load_teacher(self, cfg):
         raise TeacherLoading
 
-    monkeypatch.setattr(Session, "_load_fairseq_teacher", load_teacher)
+    monkeypatch.setattr(LoadedRun, "_load_fairseq_teacher", load_teacher)
     for backend in ("fairseq", "ctranslate2"):
         cfg = DistillConfig(teachers=[str(tmp_path / "t.pt")], out_dir=str(tmp_path / "o"), backend=backend)
         with pytest.raises(TeacherLoading):
-            Session(cfg, "cuda")
+            LoadedRun(cfg, "cuda")
     assert [e[1] for e in loads_and_imports] == [str(lib / "libcublasLt.so.12"), str(lib / "libcublas.so.12")]
 
 

@@ -9,58 +9,17 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import EMPTY_LINE, N_LINES, ROOT, kill_after_first_chunk_and_resume, lines, marian_teacher, output_bytes, tiny, train_and_decode, train_sentencepiece
 
 from nat_kd.distill import DistillConfig, distill
 from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.errors import SettingsError
-from test_fairseq_training import train_and_decode
-from test_generate import (EMPTY_LINE, N_LINES, corpus, kill_after_first_chunk_and_resume, lines,  # noqa: F401
-                           output_bytes)
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("ctranslate2")
 
 MAX_LEN = 12
 TRAIN_LINES = 203  # tiny_en_de's training split
-
-
-def train_sentencepiece(texts: list[str], prefix, size: int, model_type: str = "unigram"):
-    import sentencepiece
-
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts), model_prefix=str(prefix), vocab_size=size, model_type=model_type,
-        character_coverage=1.0, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0, minloglevel=2)
-    return sentencepiece.SentencePieceProcessor(model_file=f"{prefix}.model")
-
-
-def tiny(config_class, vocab_size: int, positions: int = 512, **special):
-    # wide initial weights: a random model whose outputs depend on its input (beams and samples then differ)
-    return config_class(vocab_size=vocab_size, d_model=32, encoder_layers=1, decoder_layers=1,
-                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                        max_position_embeddings=positions, init_std=0.5, **special)
-
-
-def marian_teacher(source: list[str], target: list[str], work, folder):
-    """A random MarianMT folder as OPUS-MT ships one: a sentencepiece model per language (150 pieces) and one
-    vocabulary of both; its files are written to ``folder``, the models' to ``work``."""
-    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
-
-    pieces = []
-    for lang, text in (("src", source), ("tgt", target)):
-        model = train_sentencepiece(text, work / f"sp_{lang}", 150)
-        pieces += [model.id_to_piece(i) for i in range(model.get_piece_size())]
-    vocab = {"</s>": 0, "<unk>": 1}
-    for piece in pieces:
-        vocab.setdefault(piece, len(vocab))
-    vocab["<pad>"] = len(vocab)
-    (work / "marian_vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
-    MarianTokenizer(source_spm=str(work / "sp_src.model"), target_spm=str(work / "sp_tgt.model"),
-                    vocab=str(work / "marian_vocab.json"), model_max_length=512).save_pretrained(folder)
-    pad = len(vocab) - 1
-    MarianMTModel(tiny(MarianConfig, len(vocab), pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad,
-                       forced_eos_token_id=0)).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

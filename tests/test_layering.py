@@ -110,18 +110,18 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_generator_imports_one_way():
-    """nat_kd.distill's modules import each other without a cycle: backends take plain settings, the session
+    """nat_kd.distill's modules import each other without a cycle: backends take plain settings, the loaded run
     loads what they are given, the chunk decoder drives a backend, the pool runs chunk decoders, the pipeline
     uses the pool."""
     graph = import_graph(ROOT / "nat_kd" / "distill", "nat_kd.distill")
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
     d = "nat_kd.distill."
-    assert {d + "pool", d + "session", d + "config"} <= graph[d + "pipeline"]
-    assert {d + "session", d + "chunk_decoder"} <= graph[d + "pool"]
-    assert d + "backends" in graph[d + "chunk_decoder"] and d + "backends" in graph[d + "session"]
+    assert {d + "pool", d + "loaded", d + "config"} <= graph[d + "pipeline"]
+    assert {d + "loaded", d + "chunk_decoder"} <= graph[d + "pool"]
+    assert d + "backends" in graph[d + "chunk_decoder"] and d + "backends" in graph[d + "loaded"]
     assert d + "backends.base" in graph[d + "backends.fairseq"]
     for backend in ("backends", "backends.base", "backends.fairseq", "backends.ctranslate2"):
-        assert not any(m.startswith(tuple(d + name for name in ("session", "chunk_decoder", "pool", "pipeline")))
+        assert not any(m.startswith(tuple(d + name for name in ("loaded", "chunk_decoder", "pool", "pipeline")))
                        for m in graph[d + backend]), backend
 
 

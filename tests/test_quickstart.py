@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, lines, marian_teacher
 
 MICRO_TEACHER = ("--arch kd_transformer_tiny --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 "
                  "--decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
@@ -67,10 +67,10 @@ def quickstarted(tiny_en_de, tmp_path_factory):
     for any target language: the commands name en-ro."""
     folder = tmp_path_factory.mktemp("quickstart")
     (folder / "raw").mkdir()
-    for split, ours, lines in (("train", "train", None), ("dev", "valid", 60), ("test", "test", 60)):
+    for split, ours, count in (("train", "train", None), ("dev", "valid", 60), ("test", "test", 60)):
         for lang, theirs in (("en", "en"), ("de", "ro")):
             text = (tiny_en_de / "raw" / f"{ours}.{lang}").read_text(encoding="utf-8").splitlines(keepends=True)
-            (folder / "raw" / f"{split}.{theirs}").write_text("".join(text[:lines]), encoding="utf-8")
+            (folder / "raw" / f"{split}.{theirs}").write_text("".join(text[:count]), encoding="utf-8")
     return folder, run_block(quickstart(), folder)
 
 
@@ -78,7 +78,10 @@ def test_the_quickstart_runs_as_written_from_raw_text_to_a_tested_student(quicks
     tmp_path, out = quickstarted
     ranking = (tmp_path / "runs" / "choose" / "ranking.md").read_text(encoding="utf-8").splitlines()
     assert ranking[0] == "# Which training set for kd_glat_tiny at 2x128? Pilots of 3 updates"
-    assert ranking[2].startswith("Verdict: untested this short. glat pilots at 2x128 were measured from 250")
+    # pilots of a few updates have not learned yet: told to pilot as long as glat's committed pilots first agreed
+    assert ranking[2].startswith("Verdict: pilot longer: these pilots have not learned yet.")
+    assert ranking[2].endswith("Pilot at least 250 updates, where glat pilots at 2x128 first picked the final best in "
+                               "every committed study.")
     # step 6 printed the student's commands: train it for a few updates and test it, as printed
     printed = [line for line in out.splitlines() if line.startswith(("fairseq-train ", "fairseq-generate "))]
     assert [line.split()[0] for line in printed] in (["fairseq-train", "fairseq-generate"] * 2,
@@ -92,7 +95,6 @@ def test_the_quickstart_runs_as_written_from_raw_text_to_a_tested_student(quicks
 def test_the_quickstart_with_a_published_teacher_reaches_choose(quickstarted):
     """The second block, with a tiny MarianMT folder (an OPUS-MT model's layout, test_generate_published) standing
     for the downloaded one: its set comes in the student's tokens, and choose ranks it beside the main one's."""
-    from test_generate_published import lines, marian_teacher
 
     folder, _ = quickstarted
     marian_teacher(lines(folder / "raw" / "train.en"), lines(folder / "raw" / "train.ro"), folder,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from .backends import Backend, backend_class
 from .chunk_decoder import ChunkDecoder
-from .session import Session
+from .loaded import LoadedRun
 from .transformers_reference import TransformersReference
 
 logger = logging.getLogger("nat_kd.generate_distilled")
@@ -18,33 +18,33 @@ BATCH_SENTENCES = 100
 LOW_AGREEMENT = 0.2
 
 
-def sample_batches(session: Session, count: int) -> list[list[int]]:
+def sample_batches(loaded: LoadedRun, count: int) -> list[list[int]]:
     """``count`` sentences spread evenly over the corpus in length order (short to long), non-empty, in batches
     of consecutive lengths."""
-    ordered = [i for batch in session.batches() for i in batch if i + 1 not in session.corpus.empty_lines]
+    ordered = [i for batch in loaded.batches() for i in batch if i + 1 not in loaded.corpus.empty_lines]
     step = max(1, len(ordered) // max(1, count))
     picked = ordered[::step][:count]
     return [picked[start:start + BATCH_SENTENCES] for start in range(0, len(picked), BATCH_SENTENCES)]
 
 
-def check_references(session: Session) -> None:
+def check_references(loaded: LoadedRun) -> None:
     """Refuse a check the run cannot make, before anything is decoded."""
-    if session.cfg.check_against_transformers:
-        TransformersReference.check(session.backend_settings, session.teacher)
+    if loaded.cfg.check_against_transformers:
+        TransformersReference.check(loaded.backend_settings, loaded.teacher)
 
 
-def check_against(session: Session, reference: str, count: int, threads: int) -> dict:
+def check_against(loaded: LoadedRun, reference: str, count: int, threads: int) -> dict:
     """The agreement of the configured backend with ``reference`` ("fairseq" or "transformers") on ``count``
     sentences: meta.json's ``check_against_REFERENCE``."""
     import sacrebleu
 
-    batches = sample_batches(session, count)
+    batches = sample_batches(loaded, count)
     reference_class = TransformersReference if reference == "transformers" else backend_class(reference)
-    if session.device != "cpu" and issubclass(reference_class, Backend) and reference_class.pytorch_teacher:
-        session.teacher.to(session.device)  # the run's own backend left it on the CPU
-    backend = reference_class(replace(session.backend_settings, name=reference), session.backend_inputs, threads)
-    ours = session.cfg.backend
-    decoders = {reference: ChunkDecoder(session, threads, backend), ours: ChunkDecoder(session, threads)}
+    if loaded.device != "cpu" and issubclass(reference_class, Backend) and reference_class.pytorch_teacher:
+        loaded.teacher.to(loaded.device)  # the run's own backend left it on the CPU
+    backend = reference_class(replace(loaded.backend_settings, name=reference), loaded.backend_inputs, threads)
+    ours = loaded.cfg.backend
+    decoders = {reference: ChunkDecoder(loaded, threads, backend), ours: ChunkDecoder(loaded, threads)}
     try:
         pieces = {name: dict((i, p) for batch in batches for i, p, _ in decoder.decode_batch(batch))
                   for name, decoder in decoders.items()}
@@ -55,10 +55,10 @@ def check_against(session: Session, reference: str, count: int, threads: int) ->
     theirs, mine = ([pieces[name][i] for i in ids] for name in (reference, ours))
     identical = sum(a == b for a, b in zip(theirs, mine))
     result = {"sentences": len(ids), "identical": identical, "identical_share": round(identical / max(1, len(ids)), 4)}
-    references = session.corpus.references
+    references = loaded.corpus.references
     if references is not None:
         refs = [references[i] for i in ids]
-        bleu = {name: sacrebleu.corpus_bleu(session.codecs[1].decode_all(hyps), [refs]).score
+        bleu = {name: sacrebleu.corpus_bleu(loaded.codecs[1].decode_all(hyps), [refs]).score
                 for name, hyps in ((reference, theirs), (ours, mine))}
         result.update({f"bleu_{reference}": round(bleu[reference], 4), f"bleu_{ours}": round(bleu[ours], 4),
                        "bleu_difference": round(bleu[ours] - bleu[reference], 4)})
@@ -68,5 +68,5 @@ def check_against(session: Session, reference: str, count: int, threads: int) ->
     if reference == "transformers" and result["identical_share"] < LOW_AGREEMENT:
         logger.warning("only %d of %d hypotheses are identical to transformers' own: the two do not decode the same "
                        "model. The usual causes: %s", identical, len(ids), "; ".join(backend.disagreement_causes(
-                           session.teacher)))
+                           loaded.teacher)))
     return result

@@ -128,20 +128,20 @@ def size_batches(*, free: int, total: int, teacher_bytes: int, processes: int, s
     return AutoBatching(int(tokens), int(sentences), record)
 
 
-def auto_batching(session, device: str, processes: int) -> AutoBatching:
-    """--max-tokens auto for this session's teacher and corpus on ``device``, its teacher already there."""
+def auto_batching(loaded, device: str, processes: int) -> AutoBatching:
+    """--max-tokens auto for this loaded's teacher and corpus on ``device``, its teacher already there."""
     import torch
 
-    cfg, teacher = session.cfg, session.teacher
+    cfg, teacher = loaded.cfg, loaded.teacher
     free, total = torch.cuda.mem_get_info(torch.device(device))
     shapes = [model_shape(m, p) for m, p in zip(teacher.models, teacher.paths)]
     teacher_bytes = sum(t.numel() * t.element_size() for m in teacher.models
                         for t in [*m.parameters(), *m.buffers()])
-    sources = np.array([len(t) for t in session.corpus.source_tokens])
-    sizes = session.dataset.num_tokens_vec(np.arange(len(sources)))
+    sources = np.array([len(t) for t in loaded.corpus.source_tokens])
+    sizes = loaded.dataset.num_tokens_vec(np.arange(len(sources)))
     d = cfg.decoding
     longest_output = min(int(d.max_len_a * int(sources.max()) + d.max_len_b), teacher.max_positions[1] - 1)
     return size_batches(free=int(free), total=int(total), teacher_bytes=int(teacher_bytes), processes=processes,
-                        shapes=shapes, beam=session.strategy.beam_size, fp16=cfg.fp16,
+                        shapes=shapes, beam=loaded.strategy.beam_size, fp16=cfg.fp16,
                         longest_output=longest_output, longest_source=int(sources.max()), sizes=sizes,
                         max_sentences=cfg.max_sentences, device=device)

@@ -13,21 +13,21 @@ from .backends import Decoder, build_backend
 from .scores import statistics
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .loaded import LoadedRun
 
 
 class ChunkDecoder:
-    """Decodes chunks of the corpus batch by batch with the session's backend (or ``backend``, another decoder),
+    """Decodes chunks of the corpus batch by batch with the loaded run's backend (or ``backend``, another decoder),
     keeps one hypothesis per sentence (the strategy's rule) and detokenizes. Empty sources are not decoded: their
     target is empty."""
 
-    def __init__(self, session: Session, threads: int = 1, backend: Decoder | None = None):
-        self.strategy, self.references = session.strategy, session.corpus.references
-        self.codec = session.codecs[1]
+    def __init__(self, loaded: LoadedRun, threads: int = 1, backend: Decoder | None = None):
+        self.strategy, self.references = loaded.strategy, loaded.corpus.references
+        self.codec = loaded.codecs[1]
         if self.strategy.needs_reference and self.references is None:
             raise SettingsError(f"{self.strategy.name} needs the references (--reference)")
-        self.empty = {line - 1 for line in session.corpus.empty_lines}
-        self.backend = backend or build_backend(session.backend_settings, session.backend_inputs, threads)
+        self.empty = {line - 1 for line in loaded.corpus.empty_lines}
+        self.backend = backend or build_backend(loaded.backend_settings, loaded.backend_inputs, threads)
         self.scorer = SentenceScorer()
         self._last_finish = 0.0
 

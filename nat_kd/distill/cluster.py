@@ -121,13 +121,13 @@ class ShardLauncher:
         """What each shard would refuse at its start, refused here before anything is submitted: the settings,
         the teacher (loaded on this machine), the corpus (its data folder and split), the batch size and the
         output folder; True if that folder holds this very set already (a rerun of a finished command)."""
-        from .pipeline import already_done, check_set_folder, open_session
+        from .pipeline import already_done, check_set_folder, load_run
 
         # the backend's own check is about the decoding device (a GPU's compute types): here only for CPU shards
-        session = open_session(self.cfg, "cpu", check_backend=not self.resources.gpus)
-        session.batches()  # --max-tokens against the longest sentence
+        loaded = load_run(self.cfg, "cpu", check_backend=not self.resources.gpus)
+        loaded.batches()  # --max-tokens against the longest sentence
         out = DistilledSet(self.out)
-        if already_done(out, session.fingerprint()) is not None:
+        if already_done(out, loaded.fingerprint()) is not None:
             return True
         check_set_folder(out)
         try:  # the shards' progress, the jobs' files and the set are all written beside --out

@@ -26,7 +26,7 @@ from .output import write_output
 from .pool import choose_device, decode_pending, parallelism
 from .progress import ChunkStore, ProgressError, plan_chunks, shard_chunks, shard_from_env
 from .scores import scores
-from .session import Session
+from .loaded import LoadedRun
 from .source import token_strings
 from .student_vocabulary import StudentData
 
@@ -71,10 +71,10 @@ def load_chunks(store: ChunkStore, n_chunks: int, sentences: int) -> SavedChunks
     return SavedChunks(pieces, target_text, statistics, decode_seconds, line_scores)
 
 
-def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float,
+def _merge(loaded: LoadedRun, store: ChunkStore, chunks, num_shards: int, timing: dict, started: float,
            agreement: dict) -> dict:
-    cfg, corpus, teacher = session.cfg, session.corpus, session.teacher
-    max_tokens, max_sentences = session.batch_limits()
+    cfg, corpus, teacher = loaded.cfg, loaded.corpus, loaded.teacher
+    max_tokens, max_sentences = loaded.batch_limits()
     store.check_complete(len(chunks), num_shards)
     out_dir = Path(cfg.out_dir)
     atomic.remove_stale_builds(out_dir)  # left by a merge killed mid-write
@@ -84,12 +84,12 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
     out = DistilledSet(out_dir)
     bin_left_out = [] if cfg.keep_empty_lines else corpus.empty_lines
     meta = {
-        "name": cfg.name or out_dir.name, "strategy": session.strategy.name,
-        "settings": session.strategy.describe(), "all_settings": asdict(cfg.decoding),
-        "seed": cfg.decoding.seed, "backend": session.fingerprint()["backend"],
-        "teacher": session.describe_teacher(), "corpus": corpus.source_description,
+        "name": cfg.name or out_dir.name, "strategy": loaded.strategy.name,
+        "settings": loaded.strategy.describe(), "all_settings": asdict(cfg.decoding),
+        "seed": cfg.decoding.seed, "backend": loaded.fingerprint()["backend"],
+        "teacher": loaded.describe_teacher(), "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,
-        "tokenization": session.tokenization.describe(),
+        "tokenization": loaded.tokenization.describe(),
         "sentences": len(corpus), "empty_source_lines": corpus.empty_lines,
         "truncated_source_lines": corpus.truncated_lines, "max_source_positions": teacher.max_positions[0],
         "empty_outputs": sum(1 for p in pieces if not p),
@@ -97,9 +97,9 @@ def _merge(session: Session, store: ChunkStore, chunks, num_shards: int, timing:
         "batching": {"max_tokens": max_tokens, "max_sentences": max_sentences,
                      "chunk_sentences": cfg.chunk_sentences, "chunks": len(chunks),
                      "required_batch_size_multiple": 1, "num_shards": num_shards,
-                     **({"auto": session.auto.record} if session.auto else {})},
+                     **({"auto": loaded.auto.record} if loaded.auto else {})},
         **agreement,
-        "fingerprint": session.fingerprint(), "nat_kd_version": __version__,
+        "fingerprint": loaded.fingerprint(), "nat_kd_version": __version__,
         "timing": {**timing, "chunk_decode_seconds_total": round(saved.decode_seconds, 3)},
         "files": {"source": out.text(cfg.split, teacher.source_lang).name,
                   "target": out.text(cfg.split, teacher.target_lang).name,
@@ -137,7 +137,7 @@ def check_auto_device(cfg: DistillConfig, device: str) -> None:
                             "CPU: give --max-tokens a number (default 12000), or add --device cuda")
 
 
-def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) -> Session:
+def load_run(cfg: DistillConfig, device: str, check_backend: bool = True) -> LoadedRun:
     """The teacher and the corpus loaded, and every setting checked that can be before decoding: what each run
     refuses first, and a cluster driver before it submits its jobs (``check_backend`` False: on a machine
     without the jobs' GPU, which the device's and the backend's checks are about)."""
@@ -146,11 +146,11 @@ def open_session(cfg: DistillConfig, device: str, check_backend: bool = True) ->
         raise SettingsError("--fp16 runs the teacher in half precision on a GPU: add --device cuda")
     if check_backend:
         check_auto_device(cfg, device)
-    session = Session(cfg, device)
+    loaded = LoadedRun(cfg, device)
     if check_backend:
-        session.backend_type.check(session.backend_settings, session.teacher)
-    check_references(session)
-    return session
+        loaded.backend_type.check(loaded.backend_settings, loaded.teacher)
+    check_references(loaded)
+    return loaded
 
 
 def check_set_folder(out: DistilledSet) -> None:
@@ -158,7 +158,7 @@ def check_set_folder(out: DistilledSet) -> None:
     atomic.check_replaceable(out.root, out.meta_file.name, "a distilled set", "--out")
 
 
-def planned_auto_batching(session: Session, store: ChunkStore, fingerprint: dict, device: str, workers: int,
+def planned_auto_batching(loaded: LoadedRun, store: ChunkStore, fingerprint: dict, device: str, workers: int,
                           num_shards: int) -> AutoBatching:
     """--max-tokens auto: the limits saved with this command's plan, so that a rerun decodes the same batches;
     else sized now to the GPU (autobatch.py)."""
@@ -168,10 +168,10 @@ def planned_auto_batching(session: Session, store: ChunkStore, fingerprint: dict
     saved = store.saved_batching(fingerprint)
     if saved is not None:
         return AutoBatching(**saved)
-    if session.cfg.merge_only:
+    if loaded.cfg.merge_only:
         raise ProgressError(f"--merge: {store.dir} holds no plan of this command: --max-tokens auto plans its "
                             "batches when it decodes; run the command without --merge")
-    auto = auto_batching(session, device, workers)
+    auto = auto_batching(loaded, device, workers)
     logger.info("--max-tokens auto: batches of up to %d tokens and %d sentences (%.1f GiB free on %s)",
                 auto.max_tokens, auto.max_sentences, auto.record["free_bytes"] / 2**30, device)
     return auto
@@ -181,12 +181,12 @@ def distill(cfg: DistillConfig) -> DistillResult:
     started = time.perf_counter()
     device = choose_device(cfg)
     # a merge decodes no shard (a cluster's merge job runs on a CPU): the decoding device's checks are the shards'
-    session = open_session(cfg, device, check_backend=not cfg.merge_only)
+    loaded = load_run(cfg, device, check_backend=not cfg.merge_only)
     workers, threads = parallelism(cfg, device)
     num_shards, shard_id = shard_from_env(cfg.num_shards, cfg.shard_id)
     out_dir = Path(cfg.out_dir)
     out = DistilledSet(out_dir)
-    fingerprint = session.fingerprint()
+    fingerprint = loaded.fingerprint()
     done = already_done(out, fingerprint)
     if done is not None:
         logger.info("%s is already complete (same teacher, corpus and settings): nothing to do", out_dir)
@@ -194,18 +194,18 @@ def distill(cfg: DistillConfig) -> DistillResult:
     check_set_folder(out)
     store = ChunkStore(out.progress_dir)
     if cfg.max_tokens == AUTO:
-        session.auto = planned_auto_batching(session, store, fingerprint, device, workers, num_shards)
-    chunks = store.open_plan(fingerprint, plan_chunks(session.batches(), cfg.chunk_sentences),
-                             batching=session.auto and asdict(session.auto))
+        loaded.auto = planned_auto_batching(loaded, store, fingerprint, device, workers, num_shards)
+    chunks = store.open_plan(fingerprint, plan_chunks(loaded.batches(), cfg.chunk_sentences),
+                             batching=loaded.auto and asdict(loaded.auto))
     label = f"shard {shard_id}/{num_shards}" if num_shards > 1 else cfg.split
     decoded, decode_wall = 0, 0.0
     if not cfg.merge_only:
-        session.backend_type.prepare(session.backend_settings, session.teacher)
+        loaded.backend_type.prepare(loaded.backend_settings, loaded.teacher)
         pending = [i for i in shard_chunks(len(chunks), shard_id, num_shards) if not store.is_done(i)]
         logger.info("%s: %d chunks, %d to decode in %s (%d worker(s) x %d thread(s) on %s)", out_dir,
                     len(chunks), len(pending), label, workers, threads, device)
         t0 = time.perf_counter()
-        decoded = decode_pending(session, store, chunks, pending, workers, threads, label)
+        decoded = decode_pending(loaded, store, chunks, pending, workers, threads, label)
         decode_wall = time.perf_counter() - t0
     if store.missing(len(chunks)) and not cfg.merge_only:
         logger.info("%s done; other shards are still missing. When all are done, run the same command with "
@@ -221,9 +221,9 @@ def distill(cfg: DistillConfig) -> DistillResult:
                       "sentences_decoded_this_run": decoded,
                       "sentences_per_second": round(decoded / decode_wall, 2) if decode_wall > 0 else None,
                       "workers": workers, "threads_per_worker": threads, "device": device}
-            agreement = {f"check_against_{reference}": check_against(session, reference, count, workers * threads)
+            agreement = {f"check_against_{reference}": check_against(loaded, reference, count, workers * threads)
                          for reference, count in (("fairseq", cfg.check_against_fairseq),
                                                   ("transformers", cfg.check_against_transformers)) if count}
-            done = _merge(session, store, chunks, num_shards, timing, started, agreement)
+            done = _merge(loaded, store, chunks, num_shards, timing, started, agreement)
     store.remove()
     return DistillResult(out_dir, True, done)

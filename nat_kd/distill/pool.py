@@ -2,7 +2,7 @@
 core on a CPU, or what the backend's policy says; on a GPU one, or ``--workers`` sharing it), and the loop that
 decodes the pending chunks, here or in a pool of worker processes, saving each chunk as it finishes.
 
-Workers are spawned, not forked: each loads its own session, and nothing is inherited from a threaded parent.
+Workers are spawned, not forked: each loads its own loaded, and nothing is inherited from a threaded parent.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from .backends import Backend, backend_class, register_backend
 from .chunk_decoder import ChunkDecoder
 from .config import DistillConfig
 from .progress import ChunkStore
-from .session import Session
+from .loaded import LoadedRun
 
 Job = tuple[int, list[list[int]]]  # (chunk index, its batches)
 
@@ -97,13 +97,13 @@ _WORKER = {}  # this worker process's ChunkDecoder, and what its out-of-memory e
 
 def _worker_init(cfg: DistillConfig, backend: type[Backend], threads: int, device: str, workers: int) -> None:
     """A worker process's start: the run's backend registered here too (a class registered in the parent
-    from outside nat_kd arrives pickled by reference), then its own session and chunk decoder."""
+    from outside nat_kd arrives pickled by reference), then its own loaded and chunk decoder."""
     import torch
 
     torch.set_num_threads(threads)
     reuse_freed_memory()
     register_backend(backend)
-    _WORKER["decoder"] = ChunkDecoder(Session(cfg, device), threads)
+    _WORKER["decoder"] = ChunkDecoder(LoadedRun(cfg, device), threads)
     _WORKER["settings"] = (cfg, device, workers)
 
 
@@ -119,7 +119,7 @@ def _worker_decode(job: Job):
         raise memory from None
 
 
-def decode_here(session: Session, jobs: list[Job], threads: int, save: Callable[[int, dict], None]) -> None:
+def decode_here(loaded: LoadedRun, jobs: list[Job], threads: int, save: Callable[[int, dict], None]) -> None:
     """Decode the chunks in this process. The next chunk is queued before this one is finished, so a backend
     that decodes in its own threads (CTranslate2; fairseq on a GPU) keeps them busy while this process
     detokenizes, scores and saves."""
@@ -127,7 +127,7 @@ def decode_here(session: Session, jobs: list[Job], threads: int, save: Callable[
 
     torch.set_num_threads(threads)
     reuse_freed_memory()
-    decoder = ChunkDecoder(session, threads)
+    decoder = ChunkDecoder(loaded, threads)
     try:
         queued = None
         for index, batches in jobs:
@@ -138,7 +138,7 @@ def decode_here(session: Session, jobs: list[Job], threads: int, save: Callable[
         if queued:
             save(queued[0], decoder.finish_chunk(queued[1]))
     except Exception as err:
-        memory = out_of_gpu_memory(err, session.cfg, session.device, 1)
+        memory = out_of_gpu_memory(err, loaded.cfg, loaded.device, 1)
         if memory is None:
             raise
         raise memory from err
@@ -146,24 +146,24 @@ def decode_here(session: Session, jobs: list[Job], threads: int, save: Callable[
         decoder.close()
 
 
-def decode_in_pool(session: Session, jobs: list[Job], workers: int, threads: int,
+def decode_in_pool(loaded: LoadedRun, jobs: list[Job], workers: int, threads: int,
                    save: Callable[[int, dict], None]) -> None:
-    """Decode the chunks in ``workers`` spawned processes, each with its own session."""
+    """Decode the chunks in ``workers`` spawned processes, each with its own loaded."""
     context = multiprocessing.get_context("spawn")
-    setup = (_worker_init, (session.cfg, session.backend_type, threads, session.device, workers))
+    setup = (_worker_init, (loaded.cfg, loaded.backend_type, threads, loaded.device, workers))
     with context.Pool(workers, initializer=quiet_worker, initargs=(pickle.dumps(setup),)) as pool:
         # longest chunks first (chunks are sorted by length), so no worker is left alone at the end
         for index, result in pool.imap_unordered(_worker_decode, jobs[::-1]):
             save(index, result)
 
 
-def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[int], workers: int,
+def decode_pending(loaded: LoadedRun, store: ChunkStore, chunks, pending: list[int], workers: int,
                    threads: int, shard_label: str) -> int:
     """Decode the ``pending`` chunks, saving each as it finishes; returns the number of sentences decoded."""
     from tqdm import tqdm
 
     total = sum(len(b) for i in pending for b in chunks[i])
-    bar = tqdm(total=total, unit="sent", desc=f"distil {shard_label}", disable=not session.cfg.progress_bar,
+    bar = tqdm(total=total, unit="sent", desc=f"distil {shard_label}", disable=not loaded.cfg.progress_bar,
                dynamic_ncols=True, file=sys.stderr)
     jobs = [(i, chunks[i]) for i in pending]
 
@@ -173,9 +173,9 @@ def decode_pending(session: Session, store: ChunkStore, chunks, pending: list[in
 
     try:
         if workers <= 1 or len(jobs) <= 1:
-            decode_here(session, jobs, threads, save)
+            decode_here(loaded, jobs, threads, save)
         else:
-            decode_in_pool(session, jobs, min(workers, len(jobs)), threads, save)
+            decode_in_pool(loaded, jobs, min(workers, len(jobs)), threads, save)
     finally:
         bar.close()
     return total

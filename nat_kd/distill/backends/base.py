@@ -24,7 +24,7 @@ Decoded = list[tuple[int, list[Hypothesis]]]  # (sentence id, its n-best hypothe
 
 @dataclass(frozen=True)
 class BackendSettings:
-    """The run's settings a backend reads (built from the DistillConfig by session.Session)."""
+    """The run's settings a backend reads (built from the DistillConfig by loaded.LoadedRun)."""
 
     name: str  # the backend's registered name
     decoding: DecodingSettings
@@ -78,8 +78,8 @@ class Decoder(ABC):
 
 class Backend(Decoder):
     """A decoding backend. Built once per process as ``Backend(settings, inputs, threads)``, from plain values:
-    it never sees the run's session or pipeline. Its class attributes are its policy, which the settings'
-    checks (config.py), the session and the process pool read instead of its name."""
+    it never sees the run's loaded or pipeline. Its class attributes are its policy, which the settings'
+    checks (config.py), the loaded run (`distill/loaded.py`) and the process pool read instead of its name."""
 
     name: ClassVar[str]  # what --backend and DistillConfig.backend call it
     cpu_workers: ClassVar[int | None] = None  # decoding processes on a CPU without --workers; None: one per core

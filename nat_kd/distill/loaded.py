@@ -1,5 +1,5 @@
-"""The run's session: what a process loads once (the teacher, its encoders, the corpus, fairseq's dataset, the
-chunk plan's batches) and what the backend is given of it; the run's fingerprint and meta.json's teacher."""
+"""The run as a process has it loaded: the teacher, its encoders, the corpus, fairseq's dataset, the chunk
+plan's batches, and what the backend is given of it; the run's fingerprint and meta.json's teacher."""
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -20,7 +20,7 @@ from .student_vocabulary import StudentData
 from .teachers import PublishedTeacher
 
 
-class Session:
+class LoadedRun:
     """Everything loaded once per process: teacher, its encoders (tokenization.py), corpus, fairseq dataset,
     chunk plan; and what the backend is given of them (``backend_settings``, ``backend_inputs``)."""
 
