@@ -243,28 +243,13 @@ def check_same_tokens(prepared: PreparedCorpus, distilled: DistilledSet, meta: d
                           "teacher was trained on, or --reference with --spm-model set to the teacher's model")
 
 
-def source_token_lines(distilled: DistilledSet, meta: dict) -> list:
-    """The source side's token ids as the teacher read them, one a line of the set's text: bin/'s, with an
-    empty line where the set left the line out of bin/ (an empty source), so that a set made from it leaves
-    the same lines out."""
-    from fairseq.data import Dictionary
-
-    from nat_kd.distill.source import load_binarized
-
-    split, src, tgt = meta["split"], meta["source_lang"], meta["target_lang"]
-    src_dict = Dictionary.load(str(distilled.bin.dictionary(src)))
-    left_out = set(meta.get("files", {}).get("binarized_left_out_lines", []))
-    rows = iter(load_binarized(distilled.bin.root, split, src, f"{src}-{tgt}", src_dict))
-    empty = src_dict.encode_line("", add_if_not_exist=False).long()
-    return [empty if line in left_out else next(rows) for line in range(1, meta["sentences"] + 1)]
-
-
 def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepared: str | None = None,
         reference: str | None = None, spm_model: str | None = None, name: str | None = None) -> dict:
     """Build the mixed set; returns its meta.json."""
     from nat_kd.distill.output import write_output
     from nat_kd.distill.pipeline import check_set_folder
     from nat_kd.distill.scores import scores as corpus_scores, statistics
+    from nat_kd.distill.source import source_token_lines
     from nat_kd.distill.student_vocabulary import StudentData
 
     rule.validate()

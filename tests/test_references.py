@@ -13,7 +13,7 @@ import fairseq_plugins  # noqa: F401  (registers kd_translation_lev and the stud
 from conftest import ROOT, VALID_LINES, write_distilled
 from nat_kd.artifacts import DistilledSet
 from nat_kd.corpus import CorpusError
-from nat_kd.references import build, main, reference_file
+from nat_kd.distill.references import build, main, reference_file
 
 TEACHERS = {"t1": None,  # the hand-made default: every third line said twice, the others their first three words
             "t2": lambda refs: [r.lower() for r in refs],

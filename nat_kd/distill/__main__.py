@@ -32,16 +32,20 @@ unreadable checkpoints and dictionaries that do not match the teacher are errors
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
-
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nat_kd import cli, tokenization
 from nat_kd.artifacts import PreparedCorpus
+from nat_kd.errors import SettingsError
 from nat_kd.launch.arguments import check_launcher_arguments
 
 if TYPE_CHECKING:
     from .config import DistillConfig
+
+logger = logging.getLogger("nat_kd.generate_distilled")
 
 # The generator's own modules are imported inside the functions below, after main has set up logging:
 # importing them imports fairseq, which logs as it loads (nat_kd.cli.setup_logging).
@@ -73,6 +77,13 @@ def add_teacher_arguments(teacher) -> None:
     dictionaries.add_argument("--teacher-data", metavar="DIR", help="folder with the teacher's dict.LANG.txt "
                               "(default: the data folder recorded in the checkpoint)")
     dictionaries.add_argument("--dict-dir", metavar="DIR", help="deprecated: --teacher-data")
+    teacher.add_argument("--separately", action="store_true",
+                         help="with several --teacher-path checkpoints: each decodes the corpus by itself, not as "
+                              "an ensemble, into OUT.teachers/N (a set of its own, resumable), and OUT is one set of "
+                              "several references a line (nat_kd.references; docs/students.md)")
+    teacher.add_argument("--union", action="store_true",
+                         help="with --separately: OUT holds the teachers' pairs one after the other instead, one "
+                              "target a line")
     teacher.add_argument("--teacher-src-lang", metavar="CODE", help="a multilingual teacher's source language "
                          "(NLLB: eng_Latn; M2M100: en)")
     teacher.add_argument("--teacher-tgt-lang", metavar="CODE", help="its target language (deu_Latn; de)")
@@ -225,6 +236,8 @@ def main(argv=None) -> int:
         from .pipeline import distill
 
         check_launcher_arguments(args)
+        if args.separately or args.union:
+            return _each_teacher(args)
         if args.launcher != "local" or args.dry_run:
             from .cluster import launch
 
@@ -246,6 +259,38 @@ def main(argv=None) -> int:
         return 0
 
     return cli.run(body, resumable=True)
+
+
+def _each_teacher(args) -> int:
+    """--separately: each teacher's own set, then one set of several references a line (or their union)."""
+    from dataclasses import replace
+
+    from .references import build
+
+    from .pipeline import distill
+
+    cfg = config_from_args(args)
+    if not args.separately:
+        raise SettingsError("--union goes with --separately: the teachers' pairs one after the other")
+    if len(cfg.teachers) < 2:
+        raise SettingsError("--separately: give two teacher checkpoints or more, --teacher-path A.pt:B.pt")
+    if args.launcher != "local" or args.dry_run or cfg.num_shards:
+        raise SettingsError("--separately decodes here, a teacher after another: run each teacher's set with "
+                            "--launcher or --num-shards by itself, then nat_kd.references --sets ...")
+    out = Path(cfg.out_dir)
+    parts = []
+    for k, teacher in enumerate(cfg.teachers, start=1):
+        part = out.with_name(f"{out.name}.teachers") / str(k)
+        logger.info("teacher %d of %d: %s -> %s", k, len(cfg.teachers), teacher, part)
+        result = distill(replace(cfg, teachers=[teacher], out_dir=str(part), name=f"{cfg.name or out.name}.{k}"))
+        if not result.complete:
+            return 0  # a shard's run; the others finish it
+        parts.append(part)
+    meta = build(parts, out, union=args.union, name=cfg.name, reference=cfg.reference)
+    record = meta["union" if args.union else "references"]
+    print(f"{out}: {len(parts)} teachers' sets as " + ("their union" if args.union else "references of each line")
+          + f"; their mean BLEU against each other {record['mean_pairwise_bleu']:.2f}")
+    return 0
 
 
 if __name__ == "__main__":

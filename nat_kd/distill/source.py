@@ -167,3 +167,18 @@ def load_corpus(*, teacher, codecs, split: str, source: str | None = None, data_
     truncated = truncate(tokens, teacher.max_positions[0], eos)
     sizes = reference_sizes(codec=target_codec, target_side=target_side, references=references)
     return DistillCorpus(tokens, text, references, truncated, empty, description, sizes)
+
+
+def source_token_lines(distilled, meta: dict) -> list:
+    """The source side's token ids of a distilled set (``distilled``: a DistilledSet, ``meta``: its meta.json)
+    as the teacher read them, one a line of the set's text: bin/'s, with an
+    empty line where the set left the line out of bin/ (an empty source), so that a set made from it leaves
+    the same lines out."""
+    from fairseq.data import Dictionary
+
+    split, src, tgt = meta["split"], meta["source_lang"], meta["target_lang"]
+    src_dict = Dictionary.load(str(distilled.bin.dictionary(src)))
+    left_out = set(meta.get("files", {}).get("binarized_left_out_lines", []))
+    rows = iter(load_binarized(distilled.bin.root, split, src, f"{src}-{tgt}", src_dict))
+    empty = src_dict.encode_line("", add_if_not_exist=False).long()
+    return [empty if line in left_out else next(rows) for line in range(1, meta["sentences"] + 1)]
