@@ -150,3 +150,25 @@ def test_next_steps_prints_commands_that_train_a_student_on_every_reference(tiny
                             str(tmp_path / "students"), "--arch", "kd_nat_tiny"]) == 2
     err = capsys.readouterr().err
     assert "--arch kd_nat_tiny: its loss takes one reference a sentence" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_generator_decodes_with_each_teacher_separately_into_one_multi_reference_set(teacher, tiny_en_de, corpus,
+                                                                                          tmp_path):
+    """--separately: each teacher's own set, as a run with that teacher alone writes it; then the first set with
+    the second's targets beside it. The same checkpoint twice is two identical references."""
+    from conftest import config, lines, output_bytes
+    from nat_kd.distill import distill
+    from nat_kd.generate_distilled import main as generate
+
+    out = tmp_path / "two"
+    assert generate(["--teacher-path", f"{teacher}:{teacher}", "--separately", "--source", str(corpus / "src.en"),
+                     "--reference", str(corpus / "ref.de"), "--split", "valid", "--spm-model",
+                     str(tiny_en_de / "spm.model"), "--teacher-data", str(tiny_en_de / "bin"), "--strategy", "greedy",
+                     "--max-len-b", "20", "--workers", "1", "--threads", "1", "--no-progress-bar", "--out",
+                     str(out)]) == 0
+    alone = distill(config(teacher, tiny_en_de, corpus, tmp_path / "alone", strategy="greedy")).out_dir
+    for k in (1, 2):
+        part = output_bytes(tmp_path / "two.teachers" / str(k))
+        assert part == output_bytes(alone)
+    assert lines(out / "valid.ref2.de") == lines(out / "valid.de") == lines(alone / "valid.de")
+    assert json.loads((out / "meta.json").read_text())["references"]["pairwise_bleu"] == [[None, 100.0], [100.0, None]]
