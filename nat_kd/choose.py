@@ -18,7 +18,7 @@ import argparse
 import filecmp
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from itertools import zip_longest
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from nat_kd import atomic
 from nat_kd.artifacts import BinarizedData, DistilledSet, PreparedCorpus
 from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.corpus import iter_lines
+from nat_kd.engine.training import ARCH_SHAPE, STUDIES_SHAPE
 from nat_kd.errors import SettingsError
 from nat_kd.launch.arguments import add_launcher_arguments, check_launcher_arguments
 from nat_kd.launch.settings import ClusterConfig, read_cluster_file
@@ -39,6 +40,41 @@ FINAL_UPDATES = 2000
 MAX_NAME = 255 - 30
 REAL = "real"  # the ranking's name for the real data of --corpus
 VALID = "valid"  # the split every pilot is measured on, with the corpus's references
+
+
+@dataclass(frozen=True)
+class ChooseConfig:
+    """A choose run: the pilots' recipe and where they run. ``python -m nat_kd.choose`` is this, from the
+    command line; a script calls ``choose(ChooseConfig(...))``."""
+    corpus: Path  # a nat_kd.prepare output folder
+    candidates: tuple[Path, ...]  # nat_kd.generate_distilled or nat_kd.mix output folders
+    arch: str  # a kd_FAMILY_SIZE NAT architecture
+    updates: int  # each pilot's budget
+    out: Path
+    shape: str = STUDIES_SHAPE  # LAYERSxWIDTH, or ARCH_SHAPE for the architecture's own sizes
+    final_updates: int = FINAL_UPDATES
+    max_tokens: int = 4096
+    lr: float = 1e-3
+    warmup: int = 200
+    label_smoothing: float | None = None  # None: the family's default
+    seed: int = 1
+    jobs: int = 1
+    threads: int = 1
+    analysis: bool = True
+    launcher: str = "local"  # local, slurm or submitit-local
+    cluster: Path | None = None  # a cluster file ([launcher], [resources.KIND])
+    detach: bool = False  # submitit-local: a stopped run leaves its jobs running (slurm: the CLI's --detach)
+
+
+@dataclass
+class Pilots:
+    """A checked ChooseConfig as steps, with what the ranking needs."""
+    config: ChooseConfig
+    corpus: PreparedCorpus
+    candidates: dict[str, DistilledSet]
+    family: str
+    steps: list
+    cluster: ClusterConfig
 
 
 def parse_args(argv):
@@ -55,9 +91,10 @@ def parse_args(argv):
                         "stopped, a smaller one trains them again")
     p.add_argument("--out", required=True,
                    help="the folder of the pilots and the ranking: a new one, or an earlier run's to go on with it")
-    p.add_argument("--shape", default="2x128",
-                   help="the student's LAYERSxWIDTH over its architecture's sizes (default 2x128, the committed "
-                        "studies' students, whose pilots' agreement the ranking quotes), or 'arch' for its own")
+    p.add_argument("--shape", default=STUDIES_SHAPE,
+                   help=f"the student's LAYERSxWIDTH over its architecture's sizes (default {STUDIES_SHAPE}, the "
+                        f"committed studies' students, whose pilots' agreement the ranking quotes), or "
+                        f"'{ARCH_SHAPE}' for its own")
     p.add_argument("--final-updates", type=int, default=FINAL_UPDATES,
                    help=f"the full training the pilot stands for (default {FINAL_UPDATES}): glancing students "
                         "anneal over its first two thirds")
@@ -211,12 +248,13 @@ def candidate_step(ctx, *, name: str, folder: str, tgt: str) -> dict:
             "sentences": meta["sentences"]}
 
 
-def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet], family: str, out: Path):
+def build_steps(config: ChooseConfig, corpus: PreparedCorpus, candidates: dict[str, DistilledSet], family: str,
+                out: Path) -> list:
     from functools import partial
 
-    from nat_kd.study.config import Training
-    from nat_kd.study.plan import analysis_step, prepare_step, student_shape, train_step
-    from nat_kd.study.steps import Step
+    from nat_kd.engine.training import Training
+    from nat_kd.engine.steps import analysis_step, prepare_step, student_shape, train_step
+    from nat_kd.engine.runner import Step
 
     src, tgt = corpus.language_pair()
     manifest = corpus.manifest() or {}
@@ -231,7 +269,7 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
                           partial(candidate_step, name=name, folder=str(candidate.root.resolve()), tgt=tgt),
                           in_driver=True))
     sets = [f"set.{name}" for name in candidates]
-    if args.analysis:
+    if config.analysis:
         from nat_kd.study.config import ANALYSIS_DEFAULTS
 
         steps.append(Step("analysis", "analysis", {"sets": sets, "details": ANALYSIS_DEFAULTS},
@@ -239,16 +277,16 @@ def build_steps(args, corpus: PreparedCorpus, candidates: dict[str, DistilledSet
                                   out=str(out / "analysis"), details=ANALYSIS_DEFAULTS), ["prepare", *sets]))
     # the final run's length reaches a pilot only through its glancing schedule, and a family without glancing
     # has none (Training.used_by): its pilots stay done whatever --final-updates says
-    smoothing = {} if args.label_smoothing is None else {"label_smoothing": args.label_smoothing}
-    training = Training(updates=args.updates, max_tokens=args.max_tokens, lr=args.lr, warmup=args.warmup,
-                        bleu_every=args.updates, glance_anneal_updates=round(args.final_updates * 2 / 3),
+    smoothing = {} if config.label_smoothing is None else {"label_smoothing": config.label_smoothing}
+    training = Training(updates=config.updates, max_tokens=config.max_tokens, lr=config.lr, warmup=config.warmup,
+                        bleu_every=config.updates, glance_anneal_updates=round(config.final_updates * 2 / 3),
                         **smoothing).used_by(family)
     evaluation = {"beam": 1, "max_tokens": 8192, "max_len_a": 0.0, "max_len_b": 200, "splits": [VALID]}
-    shape = student_shape(args.shape)
+    shape = student_shape(config.shape)
     shape = None if shape is None else asdict(shape)
     for name, data in [(REAL, None), *((name, f"set.{name}") for name in candidates)]:
-        settings = dict(prepare="prepare", data=data, arch=args.arch, shape=shape, training=asdict(training),
-                        nat_family=family, evaluation=evaluation, tgt=tgt, seed=args.seed)
+        settings = dict(prepare="prepare", data=data, arch=config.arch, shape=shape, training=asdict(training),
+                        nat_family=family, evaluation=evaluation, tgt=tgt, seed=config.seed)
         # the budget is both keys (one measurement, at the pilot's end): a longer --updates continues the pilots
         steps.append(Step(f"pilot.{name}", "train", settings, partial(train_step, **settings),
                           ["prepare"] + ([data] if data else []), budget=("updates", "bleu_every")))
@@ -260,7 +298,7 @@ def ranking(records: dict, candidates: list[str], family: str, shape: str, updat
     of this family's pilots at this shape (LAYERSxWIDTH) with full training in the committed studies."""
     from nat_kd.analysis.metrics import shown
     from nat_kd.analysis.metrics.base import RANKING
-    from nat_kd.study.curve import bleu_at
+    from nat_kd.engine.curve import bleu_at
     from nat_kd.study.pilots import for_family, noise_for, trusted_budget
 
     analysis = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
@@ -355,22 +393,51 @@ def main(argv=None) -> int:
     return run(lambda: _choose(args), resumable=True)
 
 
+def config_of(args) -> ChooseConfig:
+    return ChooseConfig(corpus=Path(args.corpus), candidates=tuple(map(Path, args.candidates)), arch=args.arch,
+                        updates=args.updates, out=Path(args.out), shape=args.shape,
+                        final_updates=args.final_updates, max_tokens=args.max_tokens, lr=args.lr,
+                        warmup=args.warmup, label_smoothing=args.label_smoothing, seed=args.seed, jobs=args.jobs,
+                        threads=args.threads, analysis=args.analysis, launcher=args.launcher,
+                        cluster=Path(args.cluster) if args.cluster else None, detach=args.detach)
+
+
 def _choose(args) -> int:
-    from nat_kd.study.cluster import JobLauncher, check_resources, dry_run, run_stoppable, submit_detached
-    from nat_kd.study.plan import shape_label, student_family, student_shape
-    from nat_kd.study.steps import Runner
+    from nat_kd.engine.cluster import dry_run, submit_detached
 
     check_launcher_arguments(args)
-    if args.updates < 1 or args.final_updates < args.updates:
-        raise SettingsError(f"--updates {args.updates} --final-updates {args.final_updates}: give 1 <= --updates "
-                            "<= --final-updates")
-    family = student_family(args.arch)
-    student_shape(args.shape)  # a wrong --shape before anything runs
-    check_label_smoothing(args.label_smoothing, args.arch, family)
-    corpus = PreparedCorpus(args.corpus)
+    config = config_of(args)
+    if args.dry_run or (config.detach and config.launcher == "slurm"):
+        pilots = plan_pilots(config)
+        runner, launcher = _runner(pilots)
+        if args.dry_run:
+            detach = config.detach and config.launcher == "slurm"
+            print("\n".join(dry_run(pilots.steps, runner, pilots.cluster, detach=detach)))
+            return 0
+        # the pilots chained in Slurm's queue; the same command without --detach collects them
+        return submit_detached(launcher, runner, pilots.steps, "run the same command without --detach once they "
+                               "have run: it waits for what is left and writes the ranking")
+    choose(config)
+    print((config.out / "ranking.md").read_text(), end="")
+    return 0
+
+
+def plan_pilots(config: ChooseConfig) -> Pilots:
+    """Check the settings, the corpus, the candidates and --out (a SettingsError naming what to fix), and make
+    the steps: the corpus, each set, their analysis and a pilot a set."""
+    from nat_kd.engine.cluster import check_resources
+    from nat_kd.engine.steps import student_family, student_shape
+
+    if config.updates < 1 or config.final_updates < config.updates:
+        raise SettingsError(f"--updates {config.updates} --final-updates {config.final_updates}: give 1 <= "
+                            "--updates <= --final-updates")
+    family = student_family(config.arch)
+    student_shape(config.shape)  # a wrong --shape before anything runs
+    check_label_smoothing(config.label_smoothing, config.arch, family)
+    corpus = PreparedCorpus(config.corpus)
     check_corpus(corpus)
     candidates = {}
-    for folder in map(Path, args.candidates):
+    for folder in config.candidates:
         name = folder.resolve().name
         if name in candidates and candidates[name].root.resolve() == folder.resolve():
             raise SettingsError(f"--candidates {folder}: given twice; give each set once")
@@ -381,34 +448,50 @@ def _choose(args) -> int:
             raise SettingsError(f"{folder}: a second candidate named '{name}'; the folder's name names the set "
                                 f"(and '{REAL}' the real data): rename one")
         candidates[name] = check_candidate(folder, corpus)
-    out = Path(args.out).resolve()
+    out = config.out.resolve()
     check_out(out)
-    steps = build_steps(args, corpus, candidates, family, out)
-    cluster = read_cluster_file(args.cluster) if args.cluster else ClusterConfig()
-    if args.launcher != "local" or args.dry_run:
-        check_resources(cluster, steps, args.cluster or "--cluster")
-    launcher = JobLauncher(out, args.launcher, cluster, args.detach) if args.launcher != "local" else None
-    if launcher:
+    steps = build_steps(config, corpus, candidates, family, out)
+    cluster = read_cluster_file(config.cluster) if config.cluster else ClusterConfig()
+    if config.launcher != "local" or config.cluster:
+        check_resources(cluster, steps, str(config.cluster or "--cluster"))
+    return Pilots(config, corpus, candidates, family, steps, cluster)
+
+
+def _runner(pilots: Pilots):
+    from nat_kd.engine.cluster import JobLauncher
+    from nat_kd.engine.runner import Runner
+
+    config, launcher = pilots.config, None
+    if config.launcher != "local":
+        launcher = JobLauncher(config.out.resolve(), config.launcher, pilots.cluster, config.detach)
         submitit_warnings_once()
-    runner = Runner(out, jobs=args.jobs, threads=args.threads, launcher=launcher)
-    detached = args.detach and args.launcher == "slurm"
-    if args.dry_run:
-        print("\n".join(dry_run(steps, runner, cluster, detach=detached)))
-        return 0
-    if detached:  # the pilots chained in Slurm's queue; the same command without --detach collects them
-        return submit_detached(launcher, runner, steps, "run the same command without --detach once they have "
-                               "run: it waits for what is left and writes the ranking")
-    records = run_stoppable(runner, steps, launcher)
+    return Runner(config.out.resolve(), jobs=config.jobs, threads=config.threads, launcher=launcher), launcher
+
+
+def choose(config: ChooseConfig) -> dict:
+    """Train the pilots of ``config`` (what an earlier run with its --out finished is kept, a longer budget
+    continues them), rank the sets, write OUT/ranking.md and OUT/ranking.json and return the ranking (what
+    ranking.json holds)."""
+    from nat_kd.engine.cluster import run_stoppable
+
+    pilots = plan_pilots(config)
+    runner, launcher = _runner(pilots)
+    return _rank(pilots, run_stoppable(runner, pilots.steps, launcher))
+
+
+def _rank(pilots: Pilots, records: dict) -> dict:
+    from nat_kd.engine.steps import shape_label, student_shape
+
+    config = pilots.config
     # what next_steps --from-ranking reads: the student piloted, its --shape, and where each set is
-    rank = {**ranking(records, list(candidates), family, shape_label(args.arch, student_shape(args.shape)),
-                      args.updates), "arch": args.arch, "shape": args.shape,
-            "corpus": str(corpus.root.resolve()),
-            "sets": {name: str(candidate.root.resolve()) for name, candidate in candidates.items()}}
-    text = render(rank, args.arch)
+    rank = {**ranking(records, list(pilots.candidates), pilots.family,
+                      shape_label(config.arch, student_shape(config.shape)), config.updates),
+            "arch": config.arch, "shape": config.shape, "corpus": str(pilots.corpus.root.resolve()),
+            "sets": {name: str(candidate.root.resolve()) for name, candidate in pilots.candidates.items()}}
+    out = config.out.resolve()
     atomic.write_json(out / "ranking.json", rank)
-    atomic.write_text(out / "ranking.md", text)
-    print(text, end="")
-    return 0
+    atomic.write_text(out / "ranking.md", render(rank, config.arch))
+    return rank
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def evaluator_outputs(checkpoint: str, distilled: DistilledSet, meta: dict, prep
     corpus."""
     from fairseq_plugins.models.nat import STUDENT_ARCHS
     from fairseq_plugins.teacher import read_checkpoint
-    from nat_kd.study.fairseq_jobs import translate
+    from nat_kd.engine.fairseq_jobs import translate
 
     state = read_checkpoint(checkpoint, "--evaluator")
     arch = state["cfg"]["model"].arch if state.get("cfg") is not None else state["args"].arch

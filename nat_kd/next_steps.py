@@ -42,8 +42,8 @@ def student_commands(bin_dir: BinarizedData, tokenization, languages: tuple[str,
     from fairseq_plugins.models.nat import STUDENT_FAMILIES
 
     from nat_kd.study import config
-    from nat_kd.study.fairseq_jobs import ROOT, train_args
-    from nat_kd.study.plan import student_family
+    from nat_kd.engine.fairseq_jobs import ROOT, train_args
+    from nat_kd.engine.steps import student_family
 
     if not bin_dir.root.is_dir():
         raise SettingsError(f"{bin_dir.root}: no such folder; is its parent nat_kd.prepare or "
@@ -109,7 +109,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
 
     def body():
-        from nat_kd.study.plan import STUDIES_SHAPE, student_family, student_shape
+        from nat_kd.engine.steps import student_family, student_shape
+        from nat_kd.engine.training import STUDIES_SHAPE
 
         if args.updates is not None and args.updates < 1:
             raise SettingsError(f"--updates {args.updates}: give at least 1")

@@ -5,7 +5,7 @@
         [--precisions fp32 fp16 amp] [--warmup 30 --updates 100 --repeats 2] [--deadline SECONDS]
 
 Each configuration (model, shape and batch, precision) trains in a process of its own with fairseq's own Trainer
-and the study's own fairseq-train arguments (nat_kd.study.fairseq_jobs.train_args), so the model, loss, batches
+and the study's own fairseq-train arguments (nat_kd.engine.fairseq_jobs.train_args), so the model, loss, batches
 and optimiser are those a user trains. It runs ``--warmup`` updates, then times ``--updates`` more, waiting
 for the device before reading each clock. The configurations run in a shuffled order (``--seed``), every one
 ``--repeats`` times, each round shuffled anew; with ``--deadline`` the rounds stop at the first configuration
@@ -51,9 +51,9 @@ def shape_of(spec: str):
 
 def train_arguments(model: str, spec: str, precision: str, data: str, save_dir: str, cpu: bool = False) -> list[str]:
     """fairseq-train's arguments for one configuration, as the study builds them."""
-    from nat_kd.study.config import Training
-    from nat_kd.study.fairseq_jobs import train_args
-    from nat_kd.study.plan import student_arch
+    from nat_kd.engine.training import Training
+    from nat_kd.engine.fairseq_jobs import train_args
+    from nat_kd.engine.steps import student_arch
 
     shape, max_tokens = shape_of(spec)
     family = None if model == "transformer" else model

@@ -4,7 +4,7 @@ backward, Adam) for a few updates of a study profile's student, under torch's pr
     .venv/bin/python scripts/profile_student_training.py --profile students --family dat \
         --data STUDY_DIR/work/prepare/data/bin [--updates 6] [--rows 12]
 
-The fairseq-train arguments are the study's own (nat_kd.study.fairseq_jobs), so the model, batches and
+The fairseq-train arguments are the study's own (nat_kd.engine.fairseq_jobs), so the model, batches and
 flags are those the study trains. Prints seconds per update, the operators with the most self CPU time, and
 the same split by input shape (which tensor each share of the time went to).
 """

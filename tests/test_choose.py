@@ -7,7 +7,6 @@ import shutil
 import pytest
 
 from nat_kd.choose import main
-from nat_kd.study.plan import student_family
 from conftest import ROOT
 from nat_kd.study import pilots
 
@@ -91,6 +90,11 @@ def test_choose_ranks_pilots_on_every_candidate_and_the_real_data_and_resumes(co
     records = {f.name: f.read_text() for f in (out / "steps").iterdir()}
     assert main(argv) == 0  # everything done: nothing trains again, the same ranking
     assert capsys.readouterr().out == printed
+    assert {f.name: f.read_text() for f in (out / "steps").iterdir()} == records
+    # the library function under the command line: the same run, its ranking returned
+    from nat_kd.choose import ChooseConfig, choose
+    assert choose(ChooseConfig(corpus, tuple(candidates), "kd_nat_tiny", 3, out, final_updates=6)) == rank
+    assert capsys.readouterr().out == "" and (out / "ranking.md").read_text() == printed
     assert {f.name: f.read_text() for f in (out / "steps").iterdir()} == records
 
     # a longer budget continues each pilot from its checkpoint at 3 updates, and ranks them at 6
@@ -204,15 +208,11 @@ def test_choose_refuses_an_autoregressive_or_unknown_student(corpus, candidates,
 
 def test_only_a_glancing_student_s_pilots_depend_on_the_final_run_s_length(corpus, candidates, tmp_path):
     """--final-updates sets the glancing schedule; vanilla NAT has none, so its pilots stay done."""
-    from nat_kd.artifacts import DistilledSet, PreparedCorpus
-    from nat_kd.choose import build_steps, parse_args
+    from nat_kd.choose import ChooseConfig, plan_pilots
 
     def pilot_settings(arch, final):
-        args = parse_args(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", arch,
-                           "--updates", "3", "--final-updates", str(final), "--out", str(tmp_path)])
-        steps = build_steps(args, PreparedCorpus(corpus), {"short": DistilledSet(candidates[0])},
-                            student_family(arch), tmp_path)
-        return [s.settings for s in steps if s.name.startswith("pilot.")]
+        pilots = plan_pilots(ChooseConfig(corpus, (candidates[0],), arch, 3, tmp_path, final_updates=final))
+        return [s.settings for s in pilots.steps if s.name.startswith("pilot.")]
 
     assert pilot_settings("kd_nat_tiny", 6) == pilot_settings("kd_nat_tiny", 9000)
     glat = pilot_settings("kd_glat_tiny", 6), pilot_settings("kd_glat_tiny", 9000)
@@ -223,18 +223,14 @@ def test_label_smoothing_reaches_the_pilots_settings_only_where_the_loss_takes_i
                                                                                      capsys):
     """A CTC or DAG pilot trains with 0 whatever --label-smoothing's default says, so 0 is its setting (the
     default used to sit in its fingerprint: changing it retrained pilots for nothing); another value is refused."""
-    from nat_kd.artifacts import DistilledSet, PreparedCorpus
-    from nat_kd.choose import build_steps, parse_args
+    from nat_kd.choose import ChooseConfig, plan_pilots
 
-    def smoothing(arch, *extra):
-        args = parse_args(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", arch,
-                           "--updates", "3", "--out", str(tmp_path), *extra])
-        steps = build_steps(args, PreparedCorpus(corpus), {"short": DistilledSet(candidates[0])},
-                            student_family(arch), tmp_path)
-        return {s.settings["training"]["label_smoothing"] for s in steps if s.name.startswith("pilot.")}
+    def smoothing(arch, given=None):
+        pilots = plan_pilots(ChooseConfig(corpus, (candidates[0],), arch, 3, tmp_path, label_smoothing=given))
+        return {s.settings["training"]["label_smoothing"] for s in pilots.steps if s.name.startswith("pilot.")}
 
-    assert smoothing("kd_nat_tiny") == {0.1} and smoothing("kd_glat_tiny", "--label-smoothing", "0.2") == {0.2}
-    assert smoothing("kd_dat_tiny") == smoothing("kd_glat_ctc_tiny", "--label-smoothing", "0") == {0.0}
+    assert smoothing("kd_nat_tiny") == {0.1} and smoothing("kd_glat_tiny", 0.2) == {0.2}
+    assert smoothing("kd_dat_tiny") == smoothing("kd_glat_ctc_tiny", 0) == {0.0}
     code = main(["--corpus", str(corpus), "--candidates", str(candidates[0]), "--arch", "kd_dat_tiny", "--updates",
                  "3", "--label-smoothing", "0.1", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip()
@@ -243,7 +239,7 @@ def test_label_smoothing_reaches_the_pilots_settings_only_where_the_loss_takes_i
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("where", ["nat_kd.choose.check_candidate", "nat_kd.study.steps.Runner.run"])
+@pytest.mark.parametrize("where", ["nat_kd.choose.check_candidate", "nat_kd.engine.runner.Runner.run"])
 def test_ctrl_c_stops_choose_with_a_line_not_a_traceback(where, corpus, candidates, tmp_path, monkeypatch, capsys):
     """While a candidate's files are compared with the corpus's, and while the pilots train."""
     def interrupted(*args, **kwargs):
@@ -347,7 +343,7 @@ def test_choose_started_elsewhere_hands_fairseq_the_folders_given(corpus, candid
     still name the user's folders there (they named the checkout's, or none: the pilot failed)."""
     import os
 
-    from nat_kd.study import fairseq_jobs
+    from nat_kd.engine import fairseq_jobs
 
     given = []
 

@@ -16,8 +16,8 @@ from slurm_stand_in import SlurmStandIn
 from nat_kd.launch.jobs import Submitted
 from nat_kd.launch.settings import (ClusterConfig, LauncherSettings, LaunchError, Resources, cluster_config,
                                     read_cluster_file)
-from nat_kd.study.cluster import JobLauncher
-from nat_kd.study.steps import Runner, Step, StepError
+from nat_kd.engine.cluster import JobLauncher
+from nat_kd.engine.runner import Runner, Step, StepError
 
 # the jobs unpickle this module's step functions in processes that cannot import it
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -110,8 +110,8 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 import test_cluster as t
 from nat_kd.launch.signals import sigterm_as_interrupt
-from nat_kd.study.cluster import JobLauncher
-from nat_kd.study.steps import Runner, Step
+from nat_kd.engine.cluster import JobLauncher
+from nat_kd.engine.runner import Runner, Step
 root = Path({root!r})
 logging.basicConfig(level=logging.INFO)
 plan = [Step("slow", "test", {{}}, partial(t._wait_for_file, deps=[], value="s", flag=str(root / "go")))]
@@ -165,7 +165,7 @@ def test_a_detached_job_runs_on_and_the_next_run_collects_it(tmp_path):
     root = tmp_path / "study"
     job_pid, output = _driver_killed_while_its_job_runs(root, detach=True)
     assert "left running (--detach)" in output and process_running(job_pid)
-    from nat_kd.study.cluster import job_notes
+    from nat_kd.engine.cluster import job_notes
 
     assert job_notes(root, _slow_plan(root)) == {"slow": f"  (submitit-local job {job_pid} RUNNING)"}  # --list
     # the step with other settings meanwhile: no second job in the same folder, the running one named
@@ -238,7 +238,7 @@ def test_a_refused_submission_fails_its_step_while_the_running_jobs_finish_and_a
 def test_resources_come_from_the_kind_then_the_kind_table_then_the_step_table(tmp_path):
     from dataclasses import replace
 
-    from nat_kd.study.cluster import STEP_RESOURCES, step_resources
+    from nat_kd.engine.cluster import STEP_RESOURCES, step_resources
 
     cluster = cluster_config({"resources": {"train": {"gpus": 4, "hours": 100}, "teacher.big": {"mem_gb": 64}}})
     train = STEP_RESOURCES["train"]
@@ -329,9 +329,9 @@ def test_a_profile_may_hold_the_launcher_tables(tmp_path):
 
 
 def test_multi_gpu_training_asks_fairseq_for_its_own_data_parallel_training(tmp_path, monkeypatch):
-    from nat_kd.study import fairseq_jobs
+    from nat_kd.engine import fairseq_jobs
     from fairseq_plugins.models.sizes import ModelSize
-    from nat_kd.study.config import Training
+    from nat_kd.engine.training import Training
 
     commands = []
     monkeypatch.setattr(fairseq_jobs, "run_logged", lambda module, args, *a, **k: commands.append(list(map(str, args))))
@@ -344,9 +344,9 @@ def test_multi_gpu_training_asks_fairseq_for_its_own_data_parallel_training(tmp_
 
 
 def test_the_glancing_schedule_reaches_only_the_glancing_students(tmp_path, monkeypatch):
-    from nat_kd.study import fairseq_jobs
+    from nat_kd.engine import fairseq_jobs
     from fairseq_plugins.models.sizes import ModelSize
-    from nat_kd.study.config import Training
+    from nat_kd.engine.training import Training
 
     commands = []
     monkeypatch.setattr(fairseq_jobs, "run_logged", lambda module, args, *a, **k: commands.append(list(map(str, args))))
@@ -360,9 +360,9 @@ def test_the_glancing_schedule_reaches_only_the_glancing_students(tmp_path, monk
 
 
 def test_label_smoothing_reaches_only_the_students_whose_loss_takes_it(tmp_path, monkeypatch):
-    from nat_kd.study import fairseq_jobs
+    from nat_kd.engine import fairseq_jobs
     from fairseq_plugins.models.sizes import ModelSize
-    from nat_kd.study.config import Training
+    from nat_kd.engine.training import Training
 
     commands = []
     monkeypatch.setattr(fairseq_jobs, "run_logged", lambda module, args, *a, **k: commands.append(list(map(str, args))))
@@ -540,7 +540,7 @@ def test_jobs_near_their_time_limit_are_requeued_with_the_same_call():
     """submitit requeues a Checkpointable job with what its checkpoint() returns: the same step or shard,
     which then resumes from its work folder (fairseq's last checkpoint) or its saved chunks."""
     from nat_kd.distill.cluster import ShardJob
-    from nat_kd.study.cluster import StepJob
+    from nat_kd.engine.cluster import StepJob
 
     for job, args in [(StepJob(), ("root", "step", "fp", {}, Resources(), "slurm", 4)), (ShardJob(), ("cfg", 3, 8))]:
         again = job.checkpoint(*args)
@@ -614,9 +614,9 @@ def test_the_job_array_runs_at_most_max_jobs_shards_and_the_merge_job_is_a_short
 def test_training_saves_every_n_updates_in_fp16_and_counts_the_updates_a_requeue_repeats(tmp_path, monkeypatch):
     import torch
 
-    from nat_kd.study import fairseq_jobs
+    from nat_kd.engine import fairseq_jobs
     from fairseq_plugins.models.sizes import ModelSize
-    from nat_kd.study.config import Training
+    from nat_kd.engine.training import Training
 
     commands, reached = [], iter([2350, 4000])
 
@@ -649,7 +649,7 @@ def test_training_saves_every_n_updates_in_fp16_and_counts_the_updates_a_requeue
 
 
 def test_detach_chains_the_plan_in_slurms_queue_and_list_reads_the_jobs_back(tmp_path, monkeypatch, capsys):
-    from nat_kd.study.cluster import job_notes
+    from nat_kd.engine.cluster import job_notes
 
     first = 1000 + int(time.time()) % 100000 * 10  # ids no other test's jobs had (submitit caches their states)
     slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
@@ -689,7 +689,7 @@ def _plan_read_in_the_driver():
 def test_a_step_run_in_the_driver_is_never_a_job(tmp_path, monkeypatch):
     """Driven, detached or dry: a step marked in_driver runs in the driver, and the jobs that need it wait for no job
     of it."""
-    from nat_kd.study.cluster import dry_run
+    from nat_kd.engine.cluster import dry_run
 
     driven = tmp_path / "driven"
     runner = Runner(driven, launcher=JobLauncher(driven, "submitit-local", FAST))
@@ -718,7 +718,7 @@ def test_a_step_run_in_the_driver_is_never_a_job(tmp_path, monkeypatch):
 
 def test_a_detached_job_reads_its_dependencies_records_when_it_starts(tmp_path, monkeypatch):
     """What a job submitted by --detach runs once Slurm starts it: the step on its dependencies' records."""
-    from nat_kd.study.cluster import StepJob
+    from nat_kd.engine.cluster import StepJob
 
     root = tmp_path / "study"
     plan = _plan()
@@ -747,7 +747,7 @@ def _training(updates):
 
 
 def test_a_job_continues_a_training_whose_budget_grew(tmp_path, monkeypatch):
-    from nat_kd.study.cluster import StepJob
+    from nat_kd.engine.cluster import StepJob
 
     out = tmp_path / "study"
 
@@ -860,7 +860,7 @@ def test_a_checkpoint_cut_short_by_a_preemption_is_replaced_before_training_resu
     goes and the training starts over."""
     import torch
 
-    from nat_kd.study import fairseq_jobs
+    from nat_kd.engine import fairseq_jobs
 
     save_dir, log = tmp_path / "checkpoints", tmp_path / "log"
     save_dir.mkdir()
@@ -1102,7 +1102,7 @@ def test_a_detached_rerun_resubmits_a_queued_job_whose_dependency_failed(tmp_pat
 
 def test_every_kind_of_step_has_its_defaults_and_a_gpu_type_is_recorded_as_the_job_got_it():
     from nat_kd.study import config as study_config
-    from nat_kd.study.cluster import STEP_RESOURCES, step_resources
+    from nat_kd.engine.cluster import STEP_RESOURCES, step_resources
     from nat_kd.study.plan import build_plan
 
     kinds = {s.kind for profile in study_config.profile_names()
@@ -1158,7 +1158,7 @@ def _preemptible_teacher_plan(out, corpus, updates=150):
 
 
 def _checkpoint_updates(path):
-    from nat_kd.study.curve import checkpoint_updates
+    from nat_kd.engine.curve import checkpoint_updates
 
     try:
         return checkpoint_updates(path)
@@ -1263,8 +1263,8 @@ from pathlib import Path
 sys.path.insert(0, {tests!r})
 import test_cluster as t
 from nat_kd.launch.settings import ClusterConfig, LauncherSettings
-from nat_kd.study.cluster import JobLauncher, run_stoppable
-from nat_kd.study.steps import Runner, Step
+from nat_kd.engine.cluster import JobLauncher, run_stoppable
+from nat_kd.engine.runner import Runner, Step
 root = Path({root!r})
 logging.basicConfig(level=logging.INFO)
 plan = [Step(name, "test", {{}}, partial(t._wait_for_file, deps=[], value=name, flag=str(root / "go")))
@@ -1314,7 +1314,7 @@ def test_two_signals_a_millisecond_apart_never_orphan_a_job(tmp_path, monkeypatc
 def test_a_job_that_sacct_does_not_know_is_not_waited_on_for_ever(tmp_path, monkeypatch):
     """A step's marker names a job id sacct has never had (and squeue neither): the rerun waits
     unknown_seconds, counts it as ended (one warning), and submits the step again, which runs."""
-    from nat_kd.study.steps import step_fingerprint
+    from nat_kd.engine.runner import step_fingerprint
 
     first = _first_id()
     slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first, run=True)

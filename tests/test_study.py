@@ -12,7 +12,7 @@ import pytest
 from nat_kd.study import config as study_config
 from nat_kd.study.config import ConfigError
 from nat_kd.study.plan import build_plan
-from nat_kd.study.steps import Runner, Step, StepError
+from nat_kd.engine.runner import Runner, Step, StepError
 
 # ------------------------------------------------------------------ config
 
@@ -263,7 +263,7 @@ def test_a_resumed_step_records_the_wall_time_of_all_its_runs(tmp_path):
 def test_a_step_killed_outright_keeps_its_time_to_the_last_heartbeat(tmp_path):
     import time
 
-    from nat_kd.study.steps import WALL, StepClock
+    from nat_kd.engine.runner import WALL, StepClock
 
     clock = StepClock(tmp_path, heartbeat=0.05)
     with clock:
@@ -354,7 +354,7 @@ def test_runner_runs_independent_steps_side_by_side(tmp_path):
 
 
 def test_list_says_which_steps_were_begun_with_the_same_inputs_and_where_their_curves_stand(tmp_path):
-    from nat_kd.study.curve import progress_note
+    from nat_kd.engine.curve import progress_note
 
     def training(value):
         def run(ctx):
@@ -427,7 +427,7 @@ def _fake_training(save_dir, bleu_at, calls):
         return save_dir / "checkpoint_best.pt"
 
     def valid_bleu(checkpoint, hypotheses):
-        from nat_kd.study.curve import checkpoint_updates
+        from nat_kd.engine.curve import checkpoint_updates
 
         updates = checkpoint_updates(checkpoint)
         calls.append(("valid", updates))
@@ -438,8 +438,8 @@ def _fake_training(save_dir, bleu_at, calls):
 
 
 def test_curve_keeps_the_best_checkpoint_and_stops_when_out_of_patience(tmp_path):
-    from nat_kd.study.config import Training
-    from nat_kd.study.curve import BEST, checkpoint_updates, train_with_curve
+    from nat_kd.engine.training import Training
+    from nat_kd.engine.curve import BEST, checkpoint_updates, train_with_curve
 
     calls = []
     bleu = {2: 1.0, 4: 3.0, 6: 2.5, 8: 3.0, 10: 9.0}  # 8 ties the best: no improvement
@@ -454,8 +454,8 @@ def test_curve_keeps_the_best_checkpoint_and_stops_when_out_of_patience(tmp_path
 
 
 def test_curve_without_patience_trains_every_update_and_ends_at_the_budget(tmp_path):
-    from nat_kd.study.config import Training
-    from nat_kd.study.curve import train_with_curve
+    from nat_kd.engine.training import Training
+    from nat_kd.engine.curve import train_with_curve
 
     calls = []
     train, valid = _fake_training(tmp_path, {3: 5.0, 6: 4.0, 7: 4.5}, calls)
@@ -469,8 +469,8 @@ def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
     not start fairseq-train at its budget (which would take one update more)."""
     import time
 
-    from nat_kd.study.config import Training
-    from nat_kd.study.curve import train_with_curve
+    from nat_kd.engine.training import Training
+    from nat_kd.engine.curve import train_with_curve
 
     calls = []
     bleu = {2: 1.0, 4: 2.0, 6: 3.0}
@@ -501,7 +501,7 @@ def test_curve_resumes_after_a_kill_without_an_extra_update(tmp_path):
 def test_a_prepared_corpus_step_counts_its_training_pairs(tiny_en_de, tmp_path):
     from types import SimpleNamespace
 
-    from nat_kd.study.plan import prepare_step
+    from nat_kd.engine.steps import prepare_step
 
     result = prepare_step(SimpleNamespace(work=tmp_path), src="en", tgt="de", vocab_size=0, train_limit=None,
                           data_dir=None, corpus="x", own={"prepared": str(tiny_en_de)})
@@ -509,7 +509,7 @@ def test_a_prepared_corpus_step_counts_its_training_pairs(tiny_en_de, tmp_path):
     assert result["outputs"] == [str(tiny_en_de / "manifest.json")] and not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("where, extra", [("nat_kd.study.plan.build_plan", []), ("nat_kd.study.steps.Runner.run", []),
+@pytest.mark.parametrize("where, extra", [("nat_kd.study.plan.build_plan", []), ("nat_kd.engine.runner.Runner.run", []),
                                           ("nat_kd.study.results.write_results", ["--results-only"])])
 def test_ctrl_c_stops_the_local_driver_with_a_line_not_a_traceback(where, extra, tmp_path, monkeypatch, capsys):
     """While the plan hashes the corpus, while steps run, while the results are written: all resumable."""
@@ -526,7 +526,7 @@ def test_ctrl_c_stops_the_local_driver_with_a_line_not_a_traceback(where, extra,
 def test_a_failing_job_raises_with_its_log_and_a_finished_one_writes_its_streams(tmp_path):
     """Jobs run in children of the preloaded job server: a module that fails is reported with its log's
     tail, and one that succeeds leaves its stdout in the named file and its stderr in the log."""
-    from nat_kd.study.fairseq_jobs import run_logged
+    from nat_kd.engine.fairseq_jobs import run_logged
 
     log = tmp_path / "job.log"
     with pytest.raises(RuntimeError, match="(?s)exit status 1: python -m fairseq_cli.generate .*--path required for generation"):
@@ -540,7 +540,7 @@ def test_a_failing_job_raises_with_its_log_and_a_finished_one_writes_its_streams
 
 
 def test_only_selects_the_named_steps_and_what_they_need_in_plan_order():
-    from nat_kd.study.steps import Step, StepError, needed
+    from nat_kd.engine.runner import Step, StepError, needed
 
     plan = [Step("prepare", "prepare", {}, None), Step("teacher", "train", {}, None, ["prepare"]),
             Step("distil", "distil", {}, None, ["prepare", "teacher"]), Step("real", "train", {}, None, ["prepare"]),
@@ -726,9 +726,9 @@ def test_seed_sets_by_family_train_each_family_its_own_extra_seeds(tmp_path):
 
 
 def test_training_speed_takes_turns_and_reports_the_median_ratio(tmp_path, monkeypatch):
-    from nat_kd.study import fairseq_jobs
-    from nat_kd.study.plan import training_speed_step
-    from nat_kd.study.steps import Step, StepContext
+    from nat_kd.engine import fairseq_jobs
+    from nat_kd.engine.steps import training_speed_step
+    from nat_kd.engine.runner import Step, StepContext
 
     speeds = {"nat": iter([1.0, 2.0, 1.0]), "dat": iter([0.5, 0.5, 0.4])}  # dat: 0.5, 0.25, 0.4 of nat
     order = []
@@ -751,8 +751,8 @@ def test_training_speed_takes_turns_and_reports_the_median_ratio(tmp_path, monke
 def test_decoding_speed_takes_turns_and_reports_the_median_ratio_per_batching(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from nat_kd.study import fairseq_jobs, plan
-    from nat_kd.study.steps import Step, StepContext
+    from nat_kd.engine import fairseq_jobs, steps
+    from nat_kd.engine.runner import Step, StepContext
 
     # sentences/s by (system, batching), one value a round: nat is 4, 2, 10 times beam at batch size 1
     speeds = {("beam", "sentences1"): iter([1.0, 2.0, 1.0]), ("nat", "sentences1"): iter([4.0, 4.0, 10.0]),
@@ -767,13 +767,13 @@ def test_decoding_speed_takes_turns_and_reports_the_median_ratio_per_batching(tm
     monkeypatch.setattr(fairseq_jobs, "generation_speed",
                         lambda log: {"sentences_per_second": next(speeds[order[-1]])})
     monkeypatch.setattr(fairseq_jobs, "bleu", lambda lines, refs: {"bleu": 1.0})
-    monkeypatch.setattr(plan, "read_lines", lambda path: ["a"])
-    monkeypatch.setattr(plan, "PreparedCorpus", lambda d: SimpleNamespace(
+    monkeypatch.setattr(steps, "read_lines", lambda path: ["a"])
+    monkeypatch.setattr(steps, "PreparedCorpus", lambda d: SimpleNamespace(
         raw=lambda split, lang: None, bin=SimpleNamespace(root=tmp_path), tokenization=lambda: None,
         language_pair=lambda: None))
     results = {"prepare": {"dir": str(tmp_path)}, "t": {"checkpoint": "beam"}, "s": {"checkpoint": "nat"}}
     ctx = StepContext(Step("speed", "speed", {}, None, []), tmp_path, tmp_path / "log", results, threads=1)
-    out = plan.speed_step(ctx, prepare="prepare", systems={"beam": {"step": "t"}, "nat": {"step": "s"}},
+    out = steps.speed_step(ctx, prepare="prepare", systems={"beam": {"step": "t"}, "nat": {"step": "s"}},
                           batchings=["sentences:1", "tokens:4096"], repeats=3, evaluation={"beam": 1}, tgt="de")
     assert [name for name, _ in order] == ["beam", "nat", "beam", "nat",  # round 1 in plan order,
                                            "nat", "beam", "nat", "beam",  # round 2 reversed
@@ -783,9 +783,9 @@ def test_decoding_speed_takes_turns_and_reports_the_median_ratio_per_batching(tm
 
 
 def test_fairseq_training_speed_is_read_from_its_own_reports(tmp_path, monkeypatch):
-    from nat_kd.study import fairseq_jobs
+    from nat_kd.engine import fairseq_jobs
     from fairseq_plugins.models.sizes import ModelSize
-    from nat_kd.study.config import Training
+    from nat_kd.engine.training import Training
 
     log = tmp_path / "log"
     log.write_text("INFO:train_inner:epoch 001: 10 / 9 loss=3, ups=9.0, wpb=1\n")  # an earlier run's
@@ -997,7 +997,7 @@ def test_the_job_server_keeps_fairseqs_import_noise_off_the_terminal_and_its_inf
             "--required-batch-size-multiple", "1", "--save-dir", str(tmp_path / "ckpt"), "--no-save",
             "--disable-validation", "--log-format", "simple", "--log-interval", "1", "--no-progress-bar"]
     code = ("import sys; from pathlib import Path; from nat_kd.cli import setup_logging; setup_logging([]); "
-            "from nat_kd.study import fairseq_jobs; "
+            "from nat_kd.engine import fairseq_jobs; "
             f"fairseq_jobs.run_logged('fairseq_cli.train', {args!r}, Path({str(log)!r}), 1)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -1028,9 +1028,9 @@ def test_a_curve_chunk_killed_after_an_epoch_s_end_trains_again_as_it_ran(tiny_e
     import torch
 
     from conftest import ROOT
-    from nat_kd.study import fairseq_jobs
+    from nat_kd.engine import fairseq_jobs
     from fairseq_plugins.models.sizes import ModelSize
-    from nat_kd.study.config import Training
+    from nat_kd.engine.training import Training
 
     # about 5 updates an epoch: the first chunk ends in epoch 2, the second ends in epoch 3
     model = dict(arch="kd_transformer_tiny", shape=ModelSize(32, 64, 1, 2), nat_family=None)
@@ -1080,7 +1080,7 @@ def test_a_job_ends_with_the_driver_that_started_it(sig, tiny_en_de, tmp_path):
             "--required-batch-size-multiple", "1", "--save-dir", str(tmp_path / "ckpt"), "--no-save",
             "--disable-validation", "--log-format", "simple", "--log-interval", "1", "--no-progress-bar",
             "--num-workers", "0"]  # as the study's jobs (train_args)
-    code = ("from pathlib import Path; from nat_kd.study import fairseq_jobs; "
+    code = ("from pathlib import Path; from nat_kd.engine import fairseq_jobs; "
             f"fairseq_jobs.run_logged('fairseq_cli.train', {args!r}, Path({str(log)!r}), 1)")
     driver = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
@@ -1228,8 +1228,8 @@ def test_sets_of_several_references_are_checked(tmp_path, extra, message):
 
 def test_a_student_on_several_references_trains_with_the_loss_that_takes_them(tmp_path):
     from fairseq_plugins.models.sizes import ModelSize
-    from nat_kd.study import fairseq_jobs
-    from nat_kd.study.config import Training
+    from nat_kd.engine import fairseq_jobs
+    from nat_kd.engine.training import Training
 
     common = dict(arch="kd_glat_ctc_tiny", shape=ModelSize(8, 8, 1, 1), training=Training(updates=1))
     flags = fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="glat_ctc", references=(3, "mean"), **common)

@@ -17,10 +17,10 @@ from nat_kd.launch.arguments import add_launcher_arguments, check_launcher_argum
 from nat_kd.launch.settings import read_cluster_file
 from nat_kd.launch.signals import submitit_warnings_once
 
-from .cluster import JobLauncher, check_resources, dry_run, job_notes, run_stoppable, submit_detached
+from nat_kd.engine.cluster import JobLauncher, check_resources, dry_run, job_notes, run_stoppable, submit_detached
 from .config import load, profile_names
-from .curve import progress_note
-from .steps import Runner, needed
+from nat_kd.engine.curve import progress_note
+from nat_kd.engine.runner import Runner, needed
 
 
 def main(argv=None) -> int:
@@ -62,7 +62,8 @@ def main(argv=None) -> int:
 
 
 def _study(args, argv) -> int:
-    from .plan import build_plan, settings_as_read  # imports fairseq
+    from nat_kd.engine.steps import settings_as_read  # imports fairseq
+    from .plan import build_plan
     from .results import write_results  # imports matplotlib
 
     check_launcher_arguments(args)

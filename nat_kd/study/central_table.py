@@ -19,7 +19,7 @@ from nat_kd.corpus import read_lines
 from nat_kd.markdown import cell, table
 
 from .config import StudyConfig
-from .plan import student_step
+from nat_kd.engine.steps import student_step
 
 # The study's own figures, WMT14 en-de, one AT-base teacher decoding four ways, a vanilla NAT student on each
 # (Zhou, Gu & Neubig 2020, Table 2); and its base against base-inter (the n-best reranked by sentence BLEU

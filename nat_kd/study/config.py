@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from nat_kd.errors import NatKdError
 from nat_kd.settings_file import check_value, dataclass_from_table, read_toml
+from nat_kd.engine.training import TRAINING_SPEED_INTERVAL, Training
 from nat_kd.launch.settings import ClusterConfig, cluster_config
 
 if TYPE_CHECKING:  # imported where needed: importing the plugin registers its models with fairseq
@@ -27,37 +28,6 @@ ANALYSIS_DEFAULTS = {"detailed": False,
 
 class ConfigError(NatKdError):
     """A problem in the config file; the message names the file, the key and the fix."""
-
-
-@dataclass(frozen=True)
-class Training:
-    """How one kind of model is trained: fairseq-train's budget and optimiser settings."""
-    updates: int
-    max_tokens: int = 4096
-    lr: float = 1e-3
-    warmup: int = 100
-    label_smoothing: float = 0.1  # students whose loss has none get 0 (used_by)
-    validate_every: int = 0  # updates between validations (0: every epoch)
-    weight_decay: float = 0.0
-    # Validation BLEU every N updates (0: never): the learning curve, and the checkpoint kept is the one with
-    # the best validation BLEU instead of fairseq's best validation loss (see curve.py).
-    bleu_every: int = 0
-    patience: int = 0  # stop after this many BLEU measurements without a new best (0: train all updates)
-    # glancing students (GLAT, CTC with glancing, DA-Transformer): the updates over which the glancing ratio
-    # anneals from its start to its end (0: the plugin's default, fairseq recipes' 200k updates)
-    glance_anneal_updates: int = 0
-
-    def used_by(self, nat_family: str | None) -> Training:
-        """These settings as a model of ``nat_family`` (None: an AT teacher) trains with them: label smoothing 0
-        for a student whose loss has none, no glancing schedule for one that does not glance. A step's fingerprint
-        is made of these, so a setting the model never reads retrains nothing when it changes."""
-        if nat_family is None:
-            return self
-        from fairseq_plugins.models.nat import STUDENT_FAMILIES
-
-        family = STUDENT_FAMILIES[nat_family]
-        return replace(self, label_smoothing=self.label_smoothing if family.label_smoothing else 0.0,
-                       glance_anneal_updates=self.glance_anneal_updates if family.glancing else 0)
 
 
 @dataclass(frozen=True)
@@ -167,7 +137,7 @@ class StudyConfig:
     def sets_of(self, family: str) -> list[str]:
         """The training sets ``family``'s students learn from, in plan order."""
         return [label for label in self.data_labels() if label in self.student_sets.get(family, self.data_labels())]
-    # [launcher] and [resources.*]: the steps as cluster jobs (nat_kd.study.cluster; docs/study.md, "On a cluster")
+    # [launcher] and [resources.*]: the steps as cluster jobs (nat_kd.engine.cluster; docs/study.md, "On a cluster")
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
 
@@ -552,7 +522,6 @@ def _speed(section: dict | None, teachers: tuple[TeacherSpec, ...], labels: list
     return SpeedSpec(teacher, strategies, students, data, batchings, repeats)
 
 
-TRAINING_SPEED_INTERVAL = 10  # fairseq-train's --log-interval in a training-speed run
 
 
 def _training_speed(section: dict | None, labels: list[str]) -> TrainingSpeedSpec | None:

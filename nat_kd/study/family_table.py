@@ -19,7 +19,7 @@ from nat_kd.markdown import cell, table
 from .central_table import (BOOTSTRAP_SAMPLES, MIN_SETS_FOR_CORRELATION, MIN_SETS_FOR_TABLE, measure, data_measures,
                             p_value_cell, paired_bootstrap, pooled_sd, seed_spread, spearman)
 from .config import StudyConfig
-from .plan import student_step
+from nat_kd.engine.steps import student_step
 
 X_MEASURE = ("complexity_token_weighted", "C(d) weighted by source-token count [nats]")
 

@@ -15,7 +15,7 @@ from nat_kd.markdown import cell, table
 
 from .central_table import BOOTSTRAP_SAMPLES, paired_bootstrap
 from .config import StudyConfig
-from .plan import student_step
+from nat_kd.engine.steps import student_step
 
 
 def updates_per_second(curve: list[dict]) -> float | None:

@@ -19,7 +19,7 @@ from nat_kd.markdown import cell, table
 
 from .central_table import pooled_sd, seed_spread, spearman
 from .config import StudyConfig
-from .plan import student_step
+from nat_kd.engine.steps import student_step
 
 LADDER_RUNGS = 2  # teachers of distinct sizes with a beam set; a curve can rise and fall over three or more
 COMPLEXITY = (("complexity", "C(d) paper"), ("complexity_token_weighted", "C(d) token-weighted"))

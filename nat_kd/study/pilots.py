@@ -24,7 +24,7 @@ from nat_kd.cli import add_verbose_argument, run, setup_logging
 from nat_kd.errors import NatKdError
 from nat_kd.markdown import cell, table
 
-from .curve import bleu_at
+from nat_kd.engine.curve import bleu_at
 
 PILOT_UPDATES = (250, 500, 1000, 1500)
 # Pilots whose best validation BLEU is below this have not learned yet: in the committed studies every student
@@ -39,7 +39,7 @@ def students(records: dict[str, dict]):
     """(family, shape, training set label, seed, result) of every student with a learning curve in a study's step
     records (the label is the distilled set's name, or "real"; the shape LAYERSxWIDTH); students of other
     corpora (the multi-modality experiment) are left out."""
-    from .plan import shape_label
+    from nat_kd.engine.steps import shape_label
 
     for record in records.values():
         settings, result = record.get("settings", {}), record.get("result", {})

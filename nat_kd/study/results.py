@@ -21,7 +21,7 @@ from nat_kd.analysis.plotting import (legend_outside, plot_complexity_faithfulne
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
 
 from .config import StudyConfig
-from .plan import student_step
+from nat_kd.engine.steps import student_step
 from .central_table import central_section
 from .family_table import family_section
 from .ladder import ladder_section

@@ -27,7 +27,7 @@ from nat_kd.launch.settings import (JOB_RESOURCES, KINDS, STUDY, ClusterConfig, 
                                     Resources, check_job, check_tables)
 from nat_kd.launch.signals import noting_sigterm, sigterm_as_interrupt
 
-from .steps import Runner, Step, StepError, execute, step_recipe
+from .runner import Runner, Step, StepError, execute, step_recipe
 
 logger = logging.getLogger("nat_kd.study")
 

@@ -208,7 +208,7 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
     """Run one step in ``root``'s work/NAME and write its record steps/NAME.json; returns the record.
 
     A module-level function of picklable arguments: the driver runs it in a thread, a cluster job
-    (nat_kd.study.cluster) in its own process, and either way the record is written by the step's own run,
+    (nat_kd.engine.cluster) in its own process, and either way the record is written by the step's own run,
     so a job whose driver has gone leaves its result where the next run finds it. ``extra`` goes into the
     record (the job's id); ``recipe`` (step_recipe) lets a budgeted step continue a shorter run."""
     root = Path(root)
@@ -242,7 +242,7 @@ class Runner:
     def __init__(self, root: Path, jobs: int = 1, threads: int = 1, launcher=None, reuse: tuple[Path, ...] = (),
                  canonical: Callable[[str, dict], dict] | None = None):
         """``launcher``: None runs the steps in this process's threads, ``jobs`` at a time; a
-        nat_kd.study.cluster.JobLauncher submits each as a job instead, up to its own limit. ``reuse``: other
+        nat_kd.engine.cluster.JobLauncher submits each as a job instead, up to its own limit. ``reuse``: other
         study folders whose finished steps stand in for this study's own when their fingerprints match (the
         same settings on the same inputs): the record is copied, the outputs stay there; or the results.json of
         a study whose folder is gone (a committed results page): its records stand in for the steps that no

@@ -29,13 +29,13 @@ from nat_kd.tokenization import TokenizationSettings
 
 from fairseq_plugins.models.sizes import ModelSize
 
-from .config import Training
+from .training import Training
 
 ROOT = Path(__file__).resolve().parents[2]
 _MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distilled")
 NO_EPOCH_SAVES = 10 ** 9  # a --save-interval in epochs that no training reaches
 _forkserver = multiprocessing.get_context("forkserver")
-_forkserver.set_forkserver_preload(["nat_kd.study.job_server", "fairseq_plugins", __name__, *_MODULES])
+_forkserver.set_forkserver_preload(["nat_kd.engine.job_server", "fairseq_plugins", __name__, *_MODULES])
 
 
 def _end_with_the_driver(driver) -> None:

@@ -21,7 +21,7 @@ from typing import Callable
 
 from nat_kd import atomic
 
-from .config import Training
+from .training import Training
 
 BEST = "checkpoint_bleu_best.pt"
 
