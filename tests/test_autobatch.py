@@ -8,12 +8,12 @@ import pytest
 from conftest import config, output_bytes
 import torch
 
-from nat_kd.distill.autobatch import ModelShape, auto_batching, model_shape, size_batches
+from nat_kd.distill.autobatch import MemoryDims, auto_batching, memory_dims, size_batches
 from nat_kd.errors import SettingsError
 
 GIB = 1 << 30
 # kd_transformer_tiny with a 120-symbol dictionary: 3 decoder layers, 256 wide, FFN 1024, 4 heads
-TINY = ModelShape(decoder_layers=3, self_attention=256, cross_attention=256, encoder_output=256, encoder_ffn=1024,
+TINY = MemoryDims(decoder_layers=3, self_attention=256, cross_attention=256, encoder_output=256, encoder_ffn=1024,
                   encoder_heads=4, vocabulary=120)
 SIZES = np.array([4, 10, 12, 12, 30])  # median 12, longest 30
 
@@ -81,10 +81,10 @@ def test_the_shape_is_read_from_a_fairseq_transformer():
     import fairseq_plugins.models  # noqa: F401  (registers the kd_* architectures)
     from fairseq_plugins.counting import build_model
 
-    assert model_shape(build_model("kd_transformer_tiny", 120)) == TINY
+    assert memory_dims(build_model("kd_transformer_tiny", 120)) == TINY
     with pytest.raises(SettingsError, match=r"^--max-tokens auto bounds the memory of fairseq transformer "
                        r"teachers; t.pt is a SimpleNamespace: give --max-tokens a number$"):
-        model_shape(SimpleNamespace(encoder=None, decoder=None), "t.pt")
+        memory_dims(SimpleNamespace(encoder=None, decoder=None), "t.pt")
 
 
 def test_the_session_is_sized_from_torch_cudas_free_memory(monkeypatch):

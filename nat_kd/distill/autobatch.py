@@ -44,9 +44,10 @@ GIB = 1 << 30
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """What the bound reads of one transformer: decoder layers and widths, encoder width, feed-forward width
-    and heads of its encoder, and its output vocabulary."""
+class MemoryDims:
+    """The dimensions the memory bound reads of one transformer: decoder layers and widths, encoder width,
+    feed-forward width and heads of its encoder, and its output vocabulary (a model's size as the plugins name
+    it is fairseq_plugins' ModelSize)."""
 
     decoder_layers: int
     self_attention: int  # d
@@ -57,14 +58,14 @@ class ModelShape:
     vocabulary: int  # V
 
 
-def model_shape(model, path: str = "teacher") -> ModelShape:
-    """The shape of a fairseq encoder-decoder transformer; a SettingsError for a model without one."""
+def memory_dims(model, path: str = "teacher") -> MemoryDims:
+    """The memory dimensions of a fairseq encoder-decoder transformer; a SettingsError for a model without one."""
     try:
         decoder, encoder = model.decoder, model.encoder
         first, last = decoder.layers[0], encoder.layers[-1]
         projection = getattr(decoder, "output_projection", None)
         vocabulary = max(len(decoder.dictionary), getattr(projection, "out_features", 0) or 0)
-        return ModelShape(decoder_layers=len(decoder.layers), self_attention=first.self_attn.embed_dim,
+        return MemoryDims(decoder_layers=len(decoder.layers), self_attention=first.self_attn.embed_dim,
                           cross_attention=first.encoder_attn.embed_dim, encoder_output=last.embed_dim,
                           encoder_ffn=last.fc1.out_features, encoder_heads=last.self_attn.num_heads,
                           vocabulary=vocabulary)
@@ -80,7 +81,7 @@ class AutoBatching:
     record: dict  # meta.json's batching.auto: the inputs and terms of the formula
 
 
-def per_hypothesis(shapes: list[ModelShape], e: int, longest_output: int) -> tuple[int, int]:
+def per_hypothesis(shapes: list[MemoryDims], e: int, longest_output: int) -> tuple[int, int]:
     """(A, C) of the module's formula, in bytes."""
     t = longest_output
     a = sum(2 * (s.decoder_layers + 1) * s.self_attention * (t + 1) * e + s.vocabulary * (e + 8) for s in shapes)
@@ -90,13 +91,13 @@ def per_hypothesis(shapes: list[ModelShape], e: int, longest_output: int) -> tup
     return a, c + 4 * (t + 2)
 
 
-def encoding_bytes(shapes: list[ModelShape], e: int, longest_source: int) -> int:
+def encoding_bytes(shapes: list[MemoryDims], e: int, longest_source: int) -> int:
     """E of the module's formula: bytes per source token while the encoder runs."""
     return max((2 * s.encoder_ffn + 4 * s.encoder_output) * e + (4 + 2 * e) * s.encoder_heads * longest_source
                for s in shapes)
 
 
-def size_batches(*, free: int, total: int, teacher_bytes: int, processes: int, shapes: list[ModelShape],
+def size_batches(*, free: int, total: int, teacher_bytes: int, processes: int, shapes: list[MemoryDims],
                  beam: int, fp16: bool, longest_output: int, longest_source: int, sizes: np.ndarray,
                  max_sentences: int | None, device: str) -> AutoBatching:
     """The module's limits for a corpus whose sentences count ``sizes`` tokens each in a batch."""
@@ -134,7 +135,7 @@ def auto_batching(loaded, device: str, processes: int) -> AutoBatching:
 
     cfg, teacher = loaded.cfg, loaded.teacher
     free, total = torch.cuda.mem_get_info(torch.device(device))
-    shapes = [model_shape(m, p) for m, p in zip(teacher.models, teacher.paths)]
+    shapes = [memory_dims(m, p) for m, p in zip(teacher.models, teacher.paths)]
     teacher_bytes = sum(t.numel() * t.element_size() for m in teacher.models
                         for t in [*m.parameters(), *m.buffers()])
     sources = np.array([len(t) for t in loaded.corpus.source_tokens])

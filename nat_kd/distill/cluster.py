@@ -146,18 +146,8 @@ class ShardLauncher:
         if self._check():
             logger.info("%s is already complete (same teacher, corpus and settings): nothing to submit", self.out)
             return True
-        jobs, to_submit, history = self.jobs, [], {shard: [] for shard in range(self.num_shards)}
-        for shard in range(self.num_shards):
-            previous = Submitted.read(self._marker(shard))
-            if previous and previous.key == self.key and previous.launcher == self.launcher:
-                job = previous.job()
-                if self.scheduler.running(job):
-                    logger.info("shard %d: %s job %s from an earlier run is still running; waiting for it", shard,
-                                self.launcher, job.job_id)
-                    jobs[shard] = job
-                    continue
-            if not self._shard_done(shard):
-                to_submit.append(shard)
+        jobs, history = self.jobs, {shard: [] for shard in range(self.num_shards)}
+        to_submit = self._adopt_running()
         merged, failures = False, []
         try:
             if to_submit:
@@ -200,6 +190,23 @@ class ShardLauncher:
             merged = self._merge()
         self._record(history)
         return merged
+
+    def _adopt_running(self) -> list[int]:
+        """The shards still to submit; an earlier run's job still running for a shard is waited on instead (in
+        ``jobs``)."""
+        to_submit = []
+        for shard in range(self.num_shards):
+            previous = Submitted.read(self._marker(shard))
+            if previous and previous.key == self.key and previous.launcher == self.launcher:
+                job = previous.job()
+                if self.scheduler.running(job):
+                    logger.info("shard %d: %s job %s from an earlier run is still running; waiting for it", shard,
+                                self.launcher, job.job_id)
+                    self.jobs[shard] = job
+                    continue
+            if not self._shard_done(shard):
+                to_submit.append(shard)
+        return to_submit
 
     def _again(self, shard: int, failed: JobFailed, history: list[dict]) -> str | None:
         """A failed shard resubmitted (stopped from outside its work, retries left: its new job in ``jobs``), or

@@ -45,6 +45,20 @@ def _p_values(cfg: StudyConfig, res: dict, students: dict[str, dict], best: str)
                             {label: read_lines(path) for label, path in outputs.items() if label != best}, references)
 
 
+def _seed_spread_section(spreads: dict) -> list[str]:
+    """The cells trained with more than one seed: their test BLEU by seed, mean, sd and range."""
+    seeded = {(family, label): v for family, spread in spreads.items() for label, v in spread.items() if len(v) > 1}
+    if not seeded:
+        return []
+    sd = pooled_sd({f"{f} {label}": v for (f, label), v in seeded.items()})
+    return ["### Seed spread (test BLEU)\n",
+            table(["student", "training set", "test BLEU by seed", "mean", "sd", "range"],
+                  [[f, label, ", ".join(f"{x:.2f}" for x in v), cell(statistics.mean(v), ".2f"),
+                    cell(statistics.stdev(v), ".2f"), cell(max(v) - min(v), ".2f")]
+                   for (f, label), v in seeded.items()]),
+            f"Pooled seed sd: {cell(sd, '.2f')} BLEU.\n"]
+
+
 def family_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[str]:
     """Markdown parts; [] for a study of one family, or with fewer than MIN_SETS_FOR_TABLE analysed sets."""
     analysis, grid = _grid(cfg, res)
@@ -80,15 +94,7 @@ def family_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
              "that set's student (no p where a test output is not on this machine). Families in the config's "
              "order; the sets' C(d) token-weighted: "
              + ", ".join(f"{label} {cell(analysis[label].get(X_MEASURE[0]), '.3f')}" for label in sets) + ".\n"]
-    seeded = {(family, label): v for family, spread in spreads.items() for label, v in spread.items() if len(v) > 1}
-    if seeded:
-        sd = pooled_sd({f"{f} {label}": v for (f, label), v in seeded.items()})
-        parts += ["### Seed spread (test BLEU)\n",
-                  table(["student", "training set", "test BLEU by seed", "mean", "sd", "range"],
-                        [[f, label, ", ".join(f"{x:.2f}" for x in v), cell(statistics.mean(v), ".2f"),
-                          cell(statistics.stdev(v), ".2f"), cell(max(v) - min(v), ".2f")]
-                         for (f, label), v in seeded.items()]),
-                  f"Pooled seed sd: {cell(sd, '.2f')} BLEU.\n"]
+    parts += _seed_spread_section(spreads)
     correlations = _correlations(analysis, grid)
     if correlations:
         families = [f for f in grid if f in correlations[0][1]]
