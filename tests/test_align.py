@@ -181,10 +181,27 @@ def test_monotone_corpus_aligns_on_the_diagonal():
 
 
 def test_reverse_still_writes_source_target_pairs():
-    result = FastAlign(AlignerOptions(reverse=True, favor_diagonal=True)).align_lines(["a b", "a"], ["x", "x y"])
-    for k in range(2):
-        for i, j in result.alignments.links_of(k):
-            assert i < len(["a b", "a"][k].split()) and j < len(["x", "x y"][k].split())
+    # Worked by hand, -d (p_null 0.08, tension 4) -I 2: one pass of counts, then the Viterbi pass. The diagonal
+    # prior of position i among n for the word at j of m is exp(-4 |i/n - j/m|), normalised over i, times 0.92.
+    # Reverse (-r): each SOURCE word picks a target word or NULL. Line 1 (a b | x): a and b each give x 0.92 and
+    # NULL 0.08. Line 2 (a | x y): a gives x 0.92 e^-2 / (1 + e^-2) = 0.109667, y 0.810333, NULL 0.08.
+    # So t(a|x) = 1.029667 / 1.949667 = 0.528124, t(b|x) = 0.471876, t(a|y) = 1, t(a|NULL) = 2/3, t(b|NULL) = 1/3.
+    # Viterbi: line 1 a -> x (0.92 * 0.528 against NULL's 0.053), b -> x (0.434 against 0.027); line 2
+    # a -> y (0.810 against x's 0.058 and NULL's 0.053). Written source-target: "0-0 1-0" and "0-1".
+    src, tgt = ["a b", "a"], ["x", "x y"]
+    options = dict(favor_diagonal=True, iterations=2)
+    reverse = FastAlign(AlignerOptions(reverse=True, **options)).align_lines(src, tgt)
+    assert format_alignments(reverse.alignments) == "0-0 1-0\n0-1\n"
+    assert reverse.alignments.links_of(0) == [(0, 0), (1, 0)]  # (source index, target index)
+    table = reverse.table  # rows: the target side (and NULL), as fast_align -r -p prints it
+    assert {(table.rows[r], table.cols[c]): p for r, c, p in zip(table.row.tolist(), table.col.tolist(),
+                                                                   table.prob.tolist())} == pytest.approx(
+        {("x", "a"): 0.528124, ("x", "b"): 0.471876, ("y", "a"): 1.0, (NULL_WORD, "a"): 2 / 3,
+         (NULL_WORD, "b"): 1 / 3}, abs=1e-6)
+    # Forward, the mirror image: each TARGET word picks a source word, line 1 x -> b (0.810 against a's 0.058),
+    # line 2 x -> a and y -> a. Another set of pairs on every line: the direction is not ignored.
+    forward = FastAlign(AlignerOptions(**options)).align_lines(src, tgt)
+    assert format_alignments(forward.alignments) == "1-0\n0-0 0-1\n"
 
 
 def test_digamma_matches_known_values():
