@@ -1,4 +1,4 @@
-"""scripts/bench_training.py: its table's arithmetic, and a CPU smoke run that keeps it runnable."""
+"""scripts/benchmarks/bench_training.py: its table's arithmetic, and a CPU smoke run that keeps it runnable."""
 import json
 import os
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "benchmarks"))
 import bench_training  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def test_smoke_run_on_cpu_trains_each_kind_of_model_and_writes_its_results(tiny_
     (--cpu: on a GPU machine too)."""
     out = tmp_path / "bench"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_training.py"), "--data", str(tiny_en_de / "bin"),
+        [sys.executable, str(ROOT / "scripts" / "benchmarks" / "bench_training.py"), "--data", str(tiny_en_de / "bin"),
          "--out", str(out), "--models", "nat", "dat", "transformer", "--shapes", "1x32:512",
          "--precisions", "fp32", "--warmup", "1", "--updates", "2", "--repeats", "1", "--cpu"],
         cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -90,7 +90,7 @@ def test_the_measuring_process_exits_cleanly_while_fairseqs_loader_thread_is_sti
     thread computes batches that take long in torch; the figures are printed and the exit status is 0."""
     code = (
         "import sys, torch\n"
-        f"sys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
+        f"sys.path.insert(0, {str(ROOT / 'scripts' / 'benchmarks')!r})\n"
         "import bench_training\n"
         "from fairseq.data.iterators import BufferedIterator\n"
         "torch.set_num_threads(1)\n"

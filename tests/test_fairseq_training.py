@@ -97,7 +97,7 @@ COMMAND_LINE = re.compile(r"^\s*(\$ )?(nice (-n ?\d+ )?)?(timeout \d+ )?`?fairse
 
 
 def test_every_documented_fairseq_command_keeps_all_sentences():
-    documents = [ROOT / "README.md", *sorted((ROOT / "scripts").glob("*.sh")), *sorted((ROOT / "docs").rglob("*.md"))]
+    documents = [ROOT / "README.md", *sorted((ROOT / "scripts").rglob("*.sh")), *sorted((ROOT / "docs").rglob("*.md"))]
     commands = []
     for document in documents:
         text = document.read_text(encoding="utf-8").replace("\\\n", " ")

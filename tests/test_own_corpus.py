@@ -1,6 +1,6 @@
 """A corpus and teacher brought from outside: Moses tokens, subword-nmt BPE, fairseq-preprocess, a plain fairseq
-transformer (scripts/make_foreign_corpus.sh, which uses nothing of nat_kd). The generator must keep the
-teacher's own tokens, detokenize with fairseq's encoders exactly as fairseq-generate does, and lose nothing."""
+transformer (scripts/experiments/make_foreign_corpus.sh, which uses nothing of nat_kd). The generator must keep
+the teacher's own tokens, detokenize with fairseq's encoders exactly as fairseq-generate does, and lose nothing."""
 import json
 import os
 import re
@@ -26,7 +26,8 @@ def foreign(tmp_path_factory):
     """500 training pairs of Multi30k en-fr, 300 BPE merges, a micro teacher of 80 updates."""
     out = tmp_path_factory.mktemp("foreign")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "make_foreign_corpus.sh"), str(out)], cwd=ROOT, env=env,
+    script = ROOT / "scripts" / "experiments" / "make_foreign_corpus.sh"
+    proc = subprocess.run(["bash", str(script), str(out)], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     return out

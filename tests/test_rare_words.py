@@ -1,4 +1,5 @@
-"""scripts/rare_words.py: the share of sentences with a rare source word whose target keeps a rare word."""
+"""scripts/experiments/rare_words.py: the share of sentences with a rare source word whose target keeps a rare
+word."""
 import runpy
 from pathlib import Path
 
@@ -6,7 +7,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_rare_words_counts_by_hand(tmp_path, capsys):
-    main = runpy.run_path(str(ROOT / "scripts" / "rare_words.py"))["main"]
+    main = runpy.run_path(str(ROOT / "scripts" / "experiments" / "rare_words.py"))["main"]
     (tmp_path / "src").write_text("A cat.\na dog\na cat runs\nthe zebra\n")  # seen once: dog, runs, the, zebra
     (tmp_path / "real").write_text("eine Katze\nein Hund\neine Katze rennt\ndas Zebra\n")
     (tmp_path / "beam").write_text("ein Tier\nein Tier\nein Tier rennt\nein Tier\n")

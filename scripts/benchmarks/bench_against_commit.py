@@ -2,7 +2,7 @@
 same teacher, backend by backend, alternating old and new in each round (a shared machine's load then weighs
 on both sides alike).
 
-    nice python scripts/bench_against_commit.py --base 78f0845 --teacher-path T.pt --prepared DATA \
+    nice python scripts/benchmarks/bench_against_commit.py --base 78f0845 --teacher-path T.pt --prepared DATA \
         --split train --lines 3000 --beam 5 --repeats 3 --backends fairseq ctranslate2
 
 The base commit is exported (git archive) into a temporary folder and run from there with this environment.
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def distil(checkout: Path, args, backend: str, source: Path, reference: Path, out: Path) -> tuple[float, float]:

@@ -5,7 +5,7 @@ Default mode: times what ``fast_align -i corpus -d -o -v -p table > links`` does
 file, train 5 EM iterations, write the Pharaoh links and the pruned table. The corpus is also repeated 2x
 and 4x to show how time grows. If a ``fast_align`` binary is on PATH it is timed on the same file too.
 
-    python scripts/bench_align.py [--data-dir DIR] [--repeats 3] [--scales 1,2,4]
+    python scripts/benchmarks/bench_align.py [--data-dir DIR] [--repeats 3] [--scales 1,2,4]
 
 ``--scale`` mode: a corpus of WMT14 en-de's size (4.5M pairs) built from Multi30k, each line two consecutive
 sentence pairs joined (about 26 tokens a side), repeated to ``--lines``. For 1/8, 1/4, 1/2 and all of it,
@@ -14,7 +14,7 @@ peak resident memory and C(d). With ``systran-align`` importable (``pip install 
 C++ core) it is timed against nat_kd on the first ``--peer-pairs`` pairs, single-threaded, alternating runs;
 it trains both directions in one call.
 
-    python scripts/bench_align.py --scale [--lines 4500000] [--fractions 8,4,2,1] [--peer-pairs 100000]
+    python scripts/benchmarks/bench_align.py --scale [--lines 4500000] [--fractions 8,4,2,1] [--peer-pairs 100000]
 
 Every run is a fresh process, so its peak resident memory (ru_maxrss, interpreter and numpy included) is its
 own; CPU time (user + system) suffers less than wall time when other jobs share the machine.
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nat_kd.analysis.align import RECOMMENDED  # noqa: E402
 from nat_kd.analysis.formats import format_alignments, format_parallel, format_table  # noqa: E402

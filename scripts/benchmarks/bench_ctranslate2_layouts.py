@@ -6,7 +6,7 @@ several rounds (alternating, so drift hits every layout alike); prints seconds a
 how many best hypotheses equal the first layout's. Only the decoding is timed: loading, detokenizing and
 scoring are the same for every layout.
 
-    python scripts/bench_ctranslate2_layouts.py --model DIR --source data/spm/train.en --limit 1500 --rounds 2
+    python scripts/benchmarks/bench_ctranslate2_layouts.py --model DIR --source data/spm/train.en --limit 1500 --rounds 2
 """
 from __future__ import annotations
 

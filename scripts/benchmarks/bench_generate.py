@@ -1,7 +1,7 @@
 """Benchmark nat_kd.generate_distilled (fairseq backend, and with --backend ctranslate2 also the ctranslate2
 backend) against plain fairseq-generate (beam search), on the CPU or a GPU.
 
-    nice python scripts/bench_generate.py --teacher-path runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \
+    nice python scripts/benchmarks/bench_generate.py --teacher-path runs/multi30k.en-de/teacher_tiny/checkpoint_best.pt \
         --prepared data/multi30k.en-de.spm8000 --split train --beam 5 --repeats 2 \
         [--backend ctranslate2 --compute-type float32 int8] [--device cuda [--fp16]] [--limit N] \
         [--variant w4='--workers 4' --variant fp16=--fp16 --variant auto='--max-tokens auto' ...]
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from nat_kd.artifacts import DistilledSet, PreparedCorpus  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Training speed of every NAT student family and of fairseq's transformer, on any device, in steady state.
 
-    python scripts/bench_training.py --data data/multi30k.en-de.spm8000/bin --out docs/results/gpu/training \
+    python scripts/benchmarks/bench_training.py --data data/multi30k.en-de.spm8000/bin --out docs/results/gpu/training \
         [--models nat glat ctc glat_ctc dat transformer] [--shapes 2x128:4096 6x512:16384 6x512:65536] \
         [--precisions fp32 fp16 amp] [--warmup 30 --updates 100 --repeats 2] [--deadline SECONDS]
 
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 MODELS = ("nat", "glat", "ctc", "glat_ctc", "dat", "transformer")  # transformer: the AT anchor

@@ -1,7 +1,7 @@
 """Print the architecture table of docs/architectures.md: every registered kd_* architecture, its parameter count on the
 prepared Multi30k vocabulary and on a 40k vocabulary, and the flags that train it.
 
-    .venv/bin/python scripts/count_params.py [--multi30k-vocab 8008]
+    .venv/bin/python scripts/benchmarks/count_params.py [--multi30k-vocab 8008]
 """
 import argparse
 import logging

@@ -1,7 +1,7 @@
 """Where a NAT student's training time goes: fairseq's own training step (the task's noise, the criterion,
 backward, Adam) for a few updates of a study profile's student, under torch's profiler, on one thread.
 
-    .venv/bin/python scripts/profile_student_training.py --profile students --family dat \
+    .venv/bin/python scripts/benchmarks/profile_student_training.py --profile students --family dat \
         --data STUDY_DIR/work/prepare/data/bin [--updates 6] [--rows 12]
 
 The fairseq-train arguments are the study's own (nat_kd.engine.fairseq_jobs), so the model, batches and
@@ -22,7 +22,8 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 from fairseq.trainer import Trainer  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from nat_kd.study import config, fairseq_jobs  # noqa: E402
+from nat_kd.engine import fairseq_jobs  # noqa: E402
+from nat_kd.study import config  # noqa: E402
 from nat_kd.study.plan import student_arch  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Does this checkout write the same public outputs as an earlier commit, byte for byte?
 
-    python scripts/same_outputs.py --base 9efd8ad [--lines 3000] [--keep /tmp/measures_baseline]
+    python scripts/benchmarks/same_outputs.py --base 9efd8ad [--lines 3000] [--keep /tmp/measures_baseline]
 
 The base commit is exported (git archive) into a temporary folder. Both checkouts then run, each as
 subprocesses of this environment's python started in its own folder (so each imports its own nat_kd), on the
@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("capacity", "decoding", "students", "kd_effect", "study_cpu")
 SETS = ("mixed", "drop", "gaps")  # "gaps" has empty targets: only the --drop-empty report takes it
 

@@ -2,7 +2,7 @@
 outputs, and a mix that replaces the repeated outputs with the references, with C(d) of the real data, the
 pure distilled set and the mix measured in one report (same tokeniser and aligner settings).
 
-    python scripts/diagnose_distilled.py --distilled runs/.../distil.weak.beam/data \\
+    python scripts/experiments/diagnose_distilled.py --distilled runs/.../distil.weak.beam/data \\
         --prepared runs/.../prepare/data --work runs/diagnose [--teacher-valid-bleu B]
 
 The distilled set is copied into WORK first (its card and scores.tsv are refreshed there, and the original

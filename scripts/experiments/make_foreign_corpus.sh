@@ -5,7 +5,7 @@
 # fairseq transformer teacher (plain --arch transformer, no plugin) trained on it in seconds.
 # The tests build it (tests/test_own_corpus.py) and so can anyone reproducing docs/own_corpus.md:
 #
-#   bash scripts/make_foreign_corpus.sh OUT [TRAIN_LINES] [BPE_MERGES] [TEACHER_UPDATES]
+#   bash scripts/experiments/make_foreign_corpus.sh OUT [TRAIN_LINES] [BPE_MERGES] [TEACHER_UPDATES]
 #
 # OUT/raw/SPLIT.{en,fr}   the untokenized text (SPLIT: train, valid, test)
 # OUT/tok/, OUT/bpe/      Moses tokens; BPE units with "@@ " joiners
@@ -19,7 +19,7 @@ TRAIN_LINES=${2:-500}
 MERGES=${3:-300}
 UPDATES=${4:-80}
 EVAL_LINES=100
-HERE=$(cd "$(dirname "$0")/.." && pwd)
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
 RAW=${NAT_KD_DATA:-$HERE/../shared/data/multi30k}
 
 mkdir -p "$OUT"/raw "$OUT"/tok "$OUT"/bpe

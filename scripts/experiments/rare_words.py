@@ -2,7 +2,7 @@
 the source side, the share whose target holds a word seen once in that set's own targets: the references keep
 a rare source word's rare translation; a teacher that barely knows the word writes a common one instead.
 
-    python scripts/rare_words.py --source RAW/train.en --target real=RAW/train.de \
+    python scripts/experiments/rare_words.py --source RAW/train.en --target real=RAW/train.de \
         --target beam=DISTILLED/train.de [--examples 3]
 
 Words are compared lowercased, without punctuation, split on whitespace (detokenized text, as written).

@@ -12,7 +12,7 @@
 # Settings via environment: TEACHER, UPDATES, MAX_TOKENS, KD_ALPHA, KD_T, TOPK, OUT, CONDITIONS, DECODE,
 # DISTILL_STRATEGY (beam | greedy).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 source .venv/bin/activate
 
@@ -109,4 +109,4 @@ for c in $CONDITIONS; do
   esac
 done
 
-python scripts/word_kd_table.py "$OUT" teacher $CONDITIONS | tee "$OUT/table.md"
+python scripts/experiments/word_kd_table.py "$OUT" teacher $CONDITIONS | tee "$OUT/table.md"

@@ -1,4 +1,7 @@
-"""Print the word-KD experiment's table (markdown) from its run folder: python scripts/word_kd_table.py OUT COND..."""
+"""Print the word-KD experiment's table (markdown) from its run folder:
+
+    python scripts/experiments/word_kd_table.py OUT COND...
+"""
 import re
 import sys
 from pathlib import Path

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # The GPU check, on a machine whose Python already holds a CUDA torch (docs/installation.md, "On a GPU"),
 # offline: each phase timed, within a budget, its output in OUT/PHASE.log and its times in OUT/summary.txt.
-#   bash scripts/gpu_check.sh WHEELS DATA OUT [BUDGET_SECONDS [PHASE...]]
+#   bash scripts/setup/gpu_check.sh WHEELS DATA OUT [BUDGET_SECONDS [PHASE...]]
 # WHEELS: the wheels the machine lacks, a built fairseq-fixed among them (docs/installation.md says which);
 # DATA: the raw Multi30k folder; OUT: logs, the benchmarks' results.json files, gpu.csv and summary.txt.
 # PHASES, run in the order given (default: setup main training generate choose):
 #   setup     the set-up from WHEELS and the GPU's own tests (-m gpu; without this phase, the set-up alone)
 #   suite     the whole suite, the README's test command as it is (on the CPU but for the GPU's own tests)
 #   main      the main job (bash scripts/main.sh), and CTranslate2 on this CUDA
-#   training  scripts/bench_training.py: every family and fairseq's transformer, 6x512 with 16k-token batches,
+#   training  scripts/benchmarks/bench_training.py: every family and fairseq's transformer, 6x512 with 16k-token batches,
 #             fp32 and --fp16, until the budget's end
 #   choose    python -m nat_kd.choose: GLAT pilots on the GPU, which train, exit and are scored as a user's
-#   generate  scripts/bench_generate.py: the generator against fairseq-generate, with more workers sharing the
+#   generate  scripts/benchmarks/bench_generate.py: the generator against fairseq-generate, with more workers sharing the
 #             GPU, --fp16, bigger batches and batches sized to the GPU's free memory (--max-tokens auto)
 # choose and generate need the main job's teacher and distilled set, from this call or an earlier one in the
 # same checkout; training prepares the data if no phase did. A phase starts only while the budget lasts; the
 # training benchmark stops at its deadline. Device time is scarce: docs/results/gpu/README.md says which
 # calls fitted.
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 wheels="$(cd "${1:?usage: gpu_check.sh WHEELS DATA OUT [BUDGET_SECONDS [PHASE...]]}" && pwd)"
 data="$(cd "${2:?}" && pwd)"
@@ -95,7 +95,7 @@ run_training() {  # 6x512 with 16k-token batches: every family and the transform
   [[ -n "$(prepared)" ]] || phase prepare python -m nat_kd.prepare --src en --tgt de
   local deadline=$(( $(left) - 70 ))
   (( deadline > 60 )) || { note "training: skipped, $(left) s left"; return; }
-  phase training python scripts/bench_training.py --data "$(prepared)/bin" --out "$out/training" \
+  phase training python scripts/benchmarks/bench_training.py --data "$(prepared)/bin" --out "$out/training" \
     --models nat glat ctc glat_ctc dat transformer --shapes 6x512:16384 --precisions fp16 fp32 \
     --warmup 30 --updates 100 --repeats 1 --deadline "$deadline"
   tail -n 16 "$out/training.log" >> "$summary"
@@ -109,7 +109,7 @@ run_choose() {  # pilots as a user runs them: fairseq-train on the GPU, its exit
 }
 
 run_generate() {  # the first 10,000 training sentences; each variant against the same fairseq-generate run
-  phase generate python scripts/bench_generate.py --teacher-path "$teacher" --prepared "$(prepared)" \
+  phase generate python scripts/benchmarks/bench_generate.py --teacher-path "$teacher" --prepared "$(prepared)" \
     --split train --limit 10000 --beam 5 --max-tokens 12000 --repeats 1 --skip-default-count --device cuda \
     --workers 1 --variant auto="--max-tokens auto" --variant fp16auto="--fp16 --max-tokens auto" \
     --variant w2="--workers 2" --variant w4="--workers 4" --variant fp16=--fp16 \

@@ -4,7 +4,7 @@
 #   NAT_KD_TORCH=system PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR NAT_KD_FAIRSEQ_WHEEL=DIR/fairseq_fixed-*.whl \
 #       bash scripts/main.sh                                    (docs/installation.md, "On a GPU")
 #
-#   bash scripts/offline_wheels.sh DIR PYTHON TORCH_VERSION [--strip]
+#   bash scripts/setup/offline_wheels.sh DIR PYTHON TORCH_VERSION [--strip]
 # PYTHON: an interpreter of the target machine's Python version (e.g. python3.12), used to build fairseq-fixed
 # against TORCH_VERSION (the target's torch, e.g. 2.11.0: `python3 -c "import torch; print(torch.__version__)"`
 # there, without its +cu suffix). The build installs that torch in a scratch venv (from the index, a few GB).
@@ -13,7 +13,7 @@
 # small ones and pytest's; an image without numpy, matplotlib, scikit-learn, sentencepiece or transformers
 # needs those too (pip download them into DIR the same way).
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 dir="${1:?usage: offline_wheels.sh DIR PYTHON TORCH_VERSION [--strip]}"
 python="${2:?}"
 torch_version="${3:?}"
