@@ -110,7 +110,7 @@ def parse_args(argv):
     p.add_argument("--analysis", action=argparse.BooleanOptionalAction, default=True,
                    help="measure the sets' complexity, faithfulness and reordering (default: on)")
     add_launcher_arguments(
-        p, "docs/study.md",
+        p, 'docs/cluster.md, "The study on a cluster"',
         launcher="local (default): the pilots run here, --jobs at a time; slurm: each a Slurm job (submitit); "
                  "submitit-local: the same jobs as processes on this machine",
         cluster="[launcher] (partition, account, ...) and [resources.KIND] tables (KIND: prepare, analysis, train)",

@@ -1131,9 +1131,9 @@ def test_a_resumable_command_stopped_by_sigterm_says_how_to_go_on(tmp_path):
 
 def test_the_docs_example_cluster_file_serves_both_commands(tmp_path, capsys):
     text = (ROOT / "docs" / "cluster.toml").read_text()
-    for page in ("study.md", "generate_distilled.md"):
+    for page in ("cluster.md", "study.md", "generate_distilled.md"):
         assert "cluster.toml" in (ROOT / "docs" / page).read_text()
-    assert f"```toml\n{text}```" in (ROOT / "docs" / "study.md").read_text()  # shown in full
+    assert f"```toml\n{text}```" in (ROOT / "docs" / "cluster.md").read_text()  # shown in full
     code, out, err, _ = _paper_dry_run(tmp_path, capsys, text, "--detach")
     assert code == 0 and "[resources.merge]" in err and len(err.strip().splitlines()) == 1, err
     assert "#SBATCH --dependency=afterok:prepare" in _job_block(out, "teacher.big")

@@ -41,7 +41,7 @@ logger = logging.getLogger("nat_kd.generate_distilled")
 
 def add_arguments(parser) -> None:
     add_launcher_arguments(
-        parser, "docs/generate_distilled.md",
+        parser, 'docs/cluster.md, "The generator on a cluster"',
         launcher="local (default): decode here; slurm: the --num-shards shards as one Slurm job array (submitit), "
                  "merged when the last ends; submitit-local: the same jobs as processes here",
         cluster="[launcher] (partition, account, max_jobs, max_retries, ...), [resources.distil] (gpus, gpu_type, "

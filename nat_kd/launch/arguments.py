@@ -5,9 +5,10 @@ from .settings import LAUNCHERS, LaunchError
 
 
 def add_launcher_arguments(parser, docs: str, *, launcher: str, cluster: str, dry_run: str, detach: str) -> None:
-    """--launcher, --cluster, --dry-run and --detach in an "on a cluster" group; each command says in its help
-    what a job is for it (a study step, a generator shard)."""
-    group = parser.add_argument_group(f"on a cluster ({docs}, \"On a cluster\")")
+    """--launcher, --cluster, --dry-run and --detach in an "on a cluster" group whose title names ``docs``, the
+    page (and part) that documents them; each command says in its help what a job is for it (a study step, a
+    generator shard)."""
+    group = parser.add_argument_group(f"on a cluster ({docs})")
     group.add_argument("--launcher", choices=LAUNCHERS, default="local", help=launcher)
     group.add_argument("--cluster", metavar="CLUSTER.toml", help=cluster)
     group.add_argument("--dry-run", action="store_true", help=dry_run)

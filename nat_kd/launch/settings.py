@@ -66,7 +66,7 @@ class LauncherSettings:
 
 # One cluster file serves both commands that submit jobs. What each kind of job asks for unless
 # [resources.KIND] (or the study's [resources."STEP NAME"]) says otherwise, sized for the paper profile on one GPU
-# a model job (docs/study.md, "On a cluster": where the hours come from)
+# a model job (docs/cluster.md, "What each job asks for" and "Expected GPU-hours of the paper profile")
 STUDY, GENERATOR = "python -m nat_kd.study", "python -m nat_kd.generate_distilled"
 JOB_RESOURCES = {
     "prepare": Resources(gpus=0, cpus=4, mem_gb=16, hours=4),  # sentencepiece and binarizing, CPU only

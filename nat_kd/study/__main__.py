@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--results-only", action="store_true",
                    help="rewrite the results folder from the step records there are; run nothing")
     add_launcher_arguments(
-        p, "docs/study.md",
+        p, 'docs/cluster.md, "The study on a cluster"',
         launcher="local (default): steps run here, --jobs at a time; slurm: each step a Slurm job (submitit), what "
                  "is ready submitted together up to [launcher] max_jobs; submitit-local: the same jobs as processes "
                  "on this machine",

@@ -137,7 +137,7 @@ class StudyConfig:
     def sets_of(self, family: str) -> list[str]:
         """The training sets ``family``'s students learn from, in plan order."""
         return [label for label in self.data_labels() if label in self.student_sets.get(family, self.data_labels())]
-    # [launcher] and [resources.*]: the steps as cluster jobs (nat_kd.engine.cluster; docs/study.md, "On a cluster")
+    # [launcher] and [resources.*]: the steps as cluster jobs (nat_kd.engine.cluster; docs/cluster.md)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
 
