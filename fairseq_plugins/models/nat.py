@@ -112,11 +112,26 @@ STUDENT_FAMILIES = {
     ),
 }
 
-STUDENT_ARCHS = {}
-for _family_name, _family in STUDENT_FAMILIES.items():
-    for _size_name, _size in SIZES.items():
-        _arch = f"kd_{_family_name}_{_size_name}"
-        register_model_architecture(_family.fairseq_model, _arch)(
-            sized_architecture(_size, _family.family_defaults)
-        )
-        STUDENT_ARCHS[_arch] = (_family_name, _size)
+STUDENT_ARCHS = {}  # kd_{family}_{size}: (family, its ModelSize)
+
+
+def register_architectures(name: str, family: StudentFamily) -> None:
+    """fairseq's architectures kd_{name}_{size} of the family, one for each of SIZES."""
+    for size_name, size in SIZES.items():
+        arch = f"kd_{name}_{size_name}"
+        register_model_architecture(family.fairseq_model, arch)(sized_architecture(size, family.family_defaults))
+        STUDENT_ARCHS[arch] = (name, size)
+
+
+def register_student_family(name: str, family: StudentFamily) -> StudentFamily:
+    """A student family of your own (docs/extending.md): its kd_{name}_{size} architectures, and its entry in
+    STUDENT_FAMILIES, which the study, choose and next_steps read. A name taken is refused."""
+    if name in STUDENT_FAMILIES:
+        raise ValueError(f"a student family named {name!r} is registered already")
+    STUDENT_FAMILIES[name] = family
+    register_architectures(name, family)
+    return family
+
+
+for _name, _family in STUDENT_FAMILIES.items():
+    register_architectures(_name, _family)
