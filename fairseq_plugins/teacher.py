@@ -118,7 +118,7 @@ class TeacherEnsemble:
 
         Parameters keep ``requires_grad`` as fairseq-generate has them: with frozen parameters torch's
         matmul turns the output projection of fairseq's strided last-step features into one matrix-vector
-        product per hypothesis instead of one GEMM, and beam search slows down (docs/generate_distilled.md).
+        product per hypothesis instead of one GEMM, and beam search slows down (docs/results/generator_speed.md).
         Callers that train beside a teacher freeze it themselves (``freeze``).
 
         Dictionaries come from ``dict_dir``, else from the data folder recorded in each checkpoint; every member

@@ -127,7 +127,7 @@ def add_run_arguments(run) -> None:
     run.add_argument("--name", help="name recorded in meta.json (default: the output folder's name)")
     run.add_argument("--max-tokens", type=max_tokens_argument, default=12000, metavar="N|auto",
                      help="tokens per batch, source or reference, whichever is longer (default: fairseq-generate's "
-                          "own; docs/generate_distilled.md compares batch sizes); auto: on a GPU, the fairseq "
+                          "own; docs/results/generator_speed.md compares batch sizes); auto: on a GPU, the fairseq "
                           "backend's batches (tokens and sentences) sized to its free memory by a conservative "
                           "bound (nat_kd/distill/autobatch.py), recorded in meta.json's batching")
     run.add_argument("--max-sentences", type=int, default=None, help="sentences per batch")

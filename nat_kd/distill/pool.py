@@ -54,7 +54,7 @@ def reuse_freed_memory() -> None:
     A beam step's scores are B*beam x V floats (about 40 MB at 3000 tokens, vocabulary 8k): above glibc's
     largest mmap threshold, so every step maps fresh pages that the kernel must zero, and two decoding
     processes then compete for memory bandwidth. With mmap off and no trimming, each step reuses the last
-    step's pages; a worker keeps its peak memory until it exits (docs/generate_distilled.md: what it saves).
+    step's pages; a worker keeps its peak memory until it exits (docs/results/generator_speed.md: what it saves).
     """
     import ctypes
     import ctypes.util

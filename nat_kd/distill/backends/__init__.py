@@ -3,7 +3,7 @@
     fairseq      fairseq's SequenceGenerator on the teacher's PyTorch modules (the default and the reference:
                  beam search gives fairseq-generate's hypotheses token for token; any architecture, ensembles)
     ctranslate2  the teacher converted once to CTranslate2 (cached by its content hash) and decoded by it:
-                 faster on the CPU (docs/generate_distilled.md), for single transformer checkpoints and
+                 faster on the CPU (docs/results/generator_speed.md), for single transformer checkpoints and
                  published teachers' folders
 
 The contract is ``base.Backend``. The registry below maps each name to its class; a built-in backend's module

@@ -46,7 +46,7 @@ logger = logging.getLogger("nat_kd.generate_distilled")
 
 SAMPLING_STRATEGIES = ("sampling", "topk", "topp")
 REFUSED = "use --backend fairseq (the default), which decodes any fairseq model"
-CPU_SUB_BATCH_TOKENS = 2048  # faster than whole 12000-token batches on 2 cores (docs/generate_distilled.md)
+CPU_SUB_BATCH_TOKENS = 2048  # faster than whole 12000-token batches on 2 cores (docs/results/generator_speed.md)
 # CTranslate2's error for a position past the model's table (layers/common.cc)
 POSITIONS_ERROR = re.compile(r"No position encodings are defined for positions >= (\d+)")
 # CTranslate2 4.x's Linux wheels carry CUDA 12's runtime (cudart, linked in) and load CUDA 12's cuBLAS with
@@ -252,7 +252,7 @@ def batch_seed(seed: int, ids: list[int]) -> int:
 class CTranslate2Backend(Backend):
     name = "ctranslate2"
     # one process, one model replica per core decoding sub-batches side by side: faster than processes on 2 cores
-    # (docs/generate_distilled.md)
+    # (docs/results/generator_speed.md)
     cpu_workers = 1
     takes_compute_type = True
     decodes_published_teachers = True

@@ -11,7 +11,7 @@ passes whose results are not needed or are already there:
   keeps every row within its own sentence (the usual case: beams swap places) leaves them unchanged;
   fairseq copies them anyway. Reorders that drop finished sentences or expand the batch are done as usual.
 
-docs/generate_distilled.md has what this saves.
+docs/results/generator_speed.md has what this saves.
 """
 from __future__ import annotations
 
