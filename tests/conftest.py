@@ -188,21 +188,32 @@ EMPTY_LINE = 5  # 1-based
 LONG_LINE = 9  # longer than the teacher's 1024 source positions
 
 
-@pytest.fixture(scope="session")
-def teacher(tiny_en_de, tmp_path_factory):
-    """A micro AT teacher (60 updates) of the tiny corpus: the generator's tests decode with it."""
-    save = tmp_path_factory.mktemp("teacher")
+def train_micro_teacher(tiny_en_de, save: Path, updates: int, seed: int) -> Path:
+    """A micro AT teacher of the tiny corpus trained for ``updates`` updates from ``seed``; its checkpoint."""
     # one thread: on a shared 2-core machine OpenMP's spinning threads cost more than they give
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
         [sys.executable, "-m", "fairseq_cli.train", tiny_en_de / "bin", "--user-dir", "fairseq_plugins",
          "--arch", "kd_transformer_tiny", *MICRO_MODEL, "--optimizer", "adam", "--lr", "5e-3",
-         "--max-tokens", "2048", "--max-update", "60", "--criterion", "label_smoothed_cross_entropy",
+         "--max-tokens", "2048", "--max-update", str(updates), "--criterion", "label_smoothed_cross_entropy",
          "--required-batch-size-multiple", "1", "--save-dir", save, "--no-epoch-checkpoints",
-         "--save-interval", "1000", "--disable-validation", "--seed", "1", "--log-format", "none"],
+         "--save-interval", "1000", "--disable-validation", "--seed", str(seed), "--log-format", "none"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     return save / "checkpoint_last.pt"
+
+
+@pytest.fixture(scope="session")
+def teacher(tiny_en_de, tmp_path_factory):
+    """A micro AT teacher (60 updates) of the tiny corpus: the generator's tests decode with it."""
+    return train_micro_teacher(tiny_en_de, tmp_path_factory.mktemp("teacher"), updates=60, seed=1)
+
+
+@pytest.fixture(scope="session")
+def other_teacher(tiny_en_de, tmp_path_factory):
+    """Another micro teacher of the same corpus and dictionaries (seed 2, 30 updates): with ``teacher``, an
+    ensemble of two different models, whose output neither model gives alone."""
+    return train_micro_teacher(tiny_en_de, tmp_path_factory.mktemp("other_teacher"), updates=30, seed=2)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,8 @@
 import json
 import re
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import pytest
 import sacrebleu
 import torch
 
-from conftest import EMPTY_LINE, LONG_LINE, N_LINES, cli, config, kill_after_first_chunk_and_resume, lines, output_bytes
+from conftest import EMPTY_LINE, LONG_LINE, N_LINES, ROOT, cli, config, kill_after_first_chunk_and_resume, lines, output_bytes
 from nat_kd.distill.progress import ChunkStore, ProgressError, plan_chunks, shard_from_env
 from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.distill import DistillConfig, distill
@@ -50,8 +52,65 @@ def test_every_strategy_writes_line_aligned_output(runs, corpus, name):
     assert meta["timing"]["sentences_per_second"] > 0
 
 
-def test_greedy_matches_beam_one_and_beam_differs_from_sampling(runs):
-    assert lines(runs["greedy"] / "valid.de") != lines(runs["sampling"] / "valid.de")
+@pytest.fixture(scope="module")
+def valid_head(tiny_en_de, tmp_path_factory):
+    """The first N_LINES valid sentences of the tiny corpus, binarized as fairseq-preprocess does, with the
+    corpus's dictionaries: input that fairseq-generate and the generator both read."""
+    from fairseq.data import Dictionary
+    from nat_kd.distill.output import binarize
+    from nat_kd.distill.source import load_binarized
+
+    source = load_binarized(tiny_en_de / "bin", "valid", "en", "en-de",
+                            Dictionary.load(str(tiny_en_de / "bin" / "dict.en.txt")))[:N_LINES]
+    target = (tiny_en_de / "spm" / "valid.de").read_text(encoding="utf-8").splitlines()[:N_LINES]
+    folder = tmp_path_factory.mktemp("valid_head") / "bin"
+    binarize(folder, "valid", "en", "de", tiny_en_de / "bin", source, target)
+    return folder
+
+
+# fairseq-generate's settings and the generator's for the same decode: batches of 300 tokens, outputs of at most
+# 20 tokens, every batch kept (--required-batch-size-multiple 1)
+MAX_TOKENS, MAX_LEN_B = 300, 20
+
+
+def fairseq_generate(data, path: str, beam: int, monkeypatch) -> list[str]:
+    """fairseq-generate's best hypothesis (sentencepiece pieces) of every sentence of ``data``'s valid split,
+    decoded with ``--path`` (A.pt or A.pt:B.pt, an ensemble) and ``--beam``, in sentence order."""
+    from conftest import hypotheses, run_fairseq
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as the generator's --threads 1
+    log = run_fairseq("generate", data, "--user-dir", "fairseq_plugins", "--task", "translation", "--gen-subset",
+                      "valid", "--path", path, "--beam", beam, "--max-len-a", "0", "--max-len-b", MAX_LEN_B,
+                      "--max-tokens", MAX_TOKENS, "--required-batch-size-multiple", "1", "--cpu")
+    found = hypotheses(log)
+    assert sorted(found) == list(range(len(found)))
+    return [found[i] for i in range(len(found))]
+
+
+def distill_head(teachers, tiny_en_de, data, out, **decoding) -> list[str]:
+    """The generator's pieces (spm/valid.de) for ``data``'s valid split, with fairseq_generate's settings."""
+    out = distill(DistillConfig(teachers=[str(t) for t in teachers], out_dir=str(out), split="valid",
+                                spm_model=str(tiny_en_de / "spm.model"), data_dir=str(data),
+                                decoding=DecodingSettings(max_len_b=MAX_LEN_B, **decoding), max_tokens=MAX_TOKENS,
+                                workers=1, threads=1, progress_bar=False)).out_dir
+    return lines(out / "spm" / "valid.de")
+
+
+def test_greedy_matches_beam_one_and_beam_differs_from_sampling(teacher, tiny_en_de, valid_head, tmp_path,
+                                                                monkeypatch):
+    """greedy is beam search with beam 1: the generator's greedy and its beam 1 agree line for line, and both are
+    fairseq-generate --beam 1's; beam 5 is fairseq-generate --beam 5's and, on some line, not greedy's; sampling
+    is neither."""
+    greedy = distill_head([teacher], tiny_en_de, valid_head, tmp_path / "greedy", strategy="greedy")
+    beam_one = distill_head([teacher], tiny_en_de, valid_head, tmp_path / "beam1", strategy="beam", beam=1)
+    beam_five = distill_head([teacher], tiny_en_de, valid_head, tmp_path / "beam5", strategy="beam", beam=5)
+    sampled = distill_head([teacher], tiny_en_de, valid_head, tmp_path / "sampling", strategy="sampling", seed=1)
+    assert len(greedy) == N_LINES
+    assert greedy == beam_one
+    assert greedy == fairseq_generate(valid_head, teacher, 1, monkeypatch)
+    assert beam_five == fairseq_generate(valid_head, teacher, 5, monkeypatch)
+    assert beam_five != greedy  # the beam's width changes some line: the comparisons above can tell 1 from 5
+    assert sampled != greedy and sampled != beam_five
 
 
 def sentence_scores(metric, hyps, refs):
@@ -309,6 +368,30 @@ def test_ensemble_of_two_checkpoints(runs, teacher, tiny_en_de, corpus, tmp_path
     assert len(meta["teacher"]["checkpoints"]) == 2 and meta["sentences"] == N_LINES
     ensemble, single = lines(tmp_path / "e" / "valid.de"), lines(runs["greedy"] / "valid.de")
     assert sum(a == b for a, b in zip(ensemble, single)) >= N_LINES - 3
+
+
+def test_ensemble_of_two_different_checkpoints_is_fairseq_generates(teacher, other_teacher, tiny_en_de, valid_head,
+                                                                    tmp_path, monkeypatch):
+    """--teacher-path A.pt:B.pt of two different models (other seed, other number of updates), beam 5: token for
+    token what fairseq-generate --path A.pt:B.pt prints, every line; and on some line neither A's nor B's own
+    output, so the comparison can tell an ensemble from either model alone."""
+    ensemble_path = f"{teacher}:{other_teacher}"
+    out = tmp_path / "ensemble"
+    proc = subprocess.run([sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", ensemble_path,
+                           "--teacher-data", str(tiny_en_de / "bin"), "--data", str(valid_head), "--split", "valid",
+                           "--spm-model", str(tiny_en_de / "spm.model"), "--strategy", "beam", "--beam", "5",
+                           "--max-len-b", str(MAX_LEN_B), "--max-tokens", str(MAX_TOKENS), "--workers", "1",
+                           "--threads", "1", "--no-progress-bar", "--out", str(out)],
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    meta = json.loads((out / "meta.json").read_text())
+    assert len(meta["teacher"]["checkpoints"]) == 2
+    ensemble = lines(out / "spm" / "valid.de")
+    assert len(ensemble) == N_LINES
+    assert ensemble == fairseq_generate(valid_head, ensemble_path, 5, monkeypatch)
+    for alone in (teacher, other_teacher):
+        single = distill_head([alone], tiny_en_de, valid_head, tmp_path / alone.parent.name, strategy="beam", beam=5)
+        assert single != ensemble, alone
 
 
 def test_output_projection_runs_as_one_matrix_product_per_step(teacher, tiny_en_de, corpus, tmp_path):
