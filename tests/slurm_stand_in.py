@@ -21,7 +21,15 @@ import time
 from pathlib import Path
 
 _LOCKED_STATES = """
-import fcntl, json, pathlib
+import fcntl, json, os, pathlib
+
+def write(path, text):
+    # whole or not at all: the stand-in's programs read these files while others write them, as Slurm's
+    # own records are never seen half-written
+    path = pathlib.Path(path)
+    temporary = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 def update(folder, **states):
     folder = pathlib.Path(folder)
@@ -33,7 +41,7 @@ def update(folder, **states):
         # an end the scheduler gave (cancelled, preempted) is not overwritten by the exit status that follows it
         kept = {k: v for k, v in states.items() if not (k in known and known[k].split()[0] in ends
                                                        and v in ("COMPLETED", "FAILED"))}
-        path.write_text(json.dumps({**known, **kept}))
+        write(path, json.dumps({**known, **kept}))
 
 def read(folder):
     path = pathlib.Path(folder) / "states.json"
@@ -41,7 +49,7 @@ def read(folder):
 """
 
 _SBATCH = """
-import fcntl, itertools, os, pathlib, re, shutil, subprocess, sys
+import fcntl, itertools, os, pathlib, re, subprocess, sys
 folder = pathlib.Path({folder!r})
 sys.path.insert(0, str(folder))
 import states
@@ -52,7 +60,7 @@ if any(f"--job-name=nat_kd.{{name}}\\n" in script for name in refused):
 with open(folder / "ids.lock", "a") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     n = len(list(folder.glob("job-*.sh"))) + {first_id}
-    shutil.copyfile(sys.argv[-1], folder / f"job-{{n}}.sh")
+    states.write(folder / f"job-{{n}}.sh", script)
 array = re.search(r"^#SBATCH --array=0-(\\d+)", script, re.M)
 tasks = [f"{{n}}_{{k}}" for k in range(int(array.group(1)) + 1)] if array else [str(n)]
 if {run}:
@@ -77,10 +85,10 @@ if index:
     env.update(SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID=index)
 job_process = subprocess.Popen(["bash", script], env=env, start_new_session=True, stdin=subprocess.DEVNULL,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-(folder / f"pgid-{{task}}").write_text(str(job_process.pid))
+states.write(folder / f"pgid-{{task}}", str(job_process.pid))
 states.update(folder, **{{task: "RUNNING"}})
 code = job_process.wait()
-(folder / f"exit-{{task}}").write_text(str(code))
+states.write(folder / f"exit-{{task}}", str(code))
 states.update(folder, **{{task: "COMPLETED" if code == 0 else "FAILED"}})
 """
 
@@ -161,6 +169,13 @@ for sig, pause in ((signal.SIGTERM, {grace}), (signal.SIGKILL, 0)):
 """
 
 
+def _write(path: Path, text: str) -> None:
+    """The stand-in's states.write, for the test's side."""
+    temporary = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
 class SlurmStandIn:
     def __init__(self, folder: Path, monkeypatch, first_id: int, run: bool = False, grace: float = 2.0):
         self.folder, self.grace = Path(folder), grace
@@ -185,7 +200,7 @@ class SlurmStandIn:
             fcntl.flock(lock, fcntl.LOCK_EX)
             path = self.folder / "states.json"
             known = json.loads(path.read_text()) if path.is_file() else {}
-            path.write_text(json.dumps({**known, **states}))
+            _write(path, json.dumps({**known, **states}))
 
     def states(self) -> dict:
         path = self.folder / "states.json"
@@ -193,7 +208,7 @@ class SlurmStandIn:
 
     def refuse(self, *names: str) -> None:
         """sbatch refuses the jobs of these steps from now on."""
-        (self.folder / "refused.txt").write_text(" ".join(names))
+        _write(self.folder / "refused.txt", " ".join(names))
 
     def accounting(self, on: bool) -> None:
         """sacct works, or fails as where accounting storage is disabled."""
