@@ -94,3 +94,13 @@ def test_workshop_words_are_found():
     assert workshop_words(page) == [(1, "session"), (1, "lead engineer"), (1, "sessions"), (1, "the lead's"),
                                     (2, "helper"), (2, "throwaway"), (2, "b10b674"), (2, "41aa099f"),
                                     (9, "helpers")]
+
+
+def test_the_layout_names_every_module():
+    """docs/layout.md names each module of the toolkit and the plugins by its file name."""
+    layout = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    modules = [p for package in ("nat_kd", "fairseq_plugins") for p in sorted((ROOT / package).rglob("*.py"))
+               if p.name not in ("__init__.py", "__main__.py")]
+    missing = [str(p.relative_to(ROOT)) for p in modules
+               if not re.search(r"(?<![\w/.])" + re.escape(p.name) + r"\b", layout)]
+    assert len(modules) > 80 and missing == []
