@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from checkout import unpack  # scripts/benchmarks/checkout.py, beside this script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -51,10 +53,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-commit-") as tmp:
         tmp = Path(tmp)
-        old = tmp / "base"
-        old.mkdir()
-        archive = subprocess.run(["git", "archive", args.base], cwd=ROOT, stdout=subprocess.PIPE, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        old = unpack(args.base, tmp / "base")
         config = json.loads((Path(args.prepared) / "manifest.json").read_text())["config"]
         src, tgt = config["src"], config["tgt"]
         texts = {}

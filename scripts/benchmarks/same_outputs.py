@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from checkout import unpack  # scripts/benchmarks/checkout.py, beside this script
+
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = ("capacity", "decoding", "students", "kd_effect", "study_cpu")
 SETS = ("mixed", "drop", "gaps")  # "gaps" has empty targets: only the --drop-empty report takes it
@@ -164,10 +166,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="same-outputs-") as tmp:
         tmp = Path(tmp)
-        base = tmp / "base"
-        base.mkdir()
-        archive = subprocess.run(["git", "archive", args.base], cwd=ROOT, stdout=subprocess.PIPE, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
+        base = unpack(args.base, tmp / "base")
         work = tmp / "work"
         for side, checkout in (("base", base), ("new", ROOT)):
             produce(checkout, work, Path(args.data), args.lines)
