@@ -208,3 +208,37 @@ def test_the_plan_keeps_autos_batches_for_a_rerun_and_meta_records_them(teacher,
         meta.pop("fingerprint")
         meta["batching"].pop("auto", None)
     assert ours == theirs
+
+
+def test_a_left_out_max_tokens_is_the_devices_default_or_the_folders_own_run(teacher, tiny_en_de, corpus,  # noqa: F811
+                                                                             tmp_path, monkeypatch):
+    """No --max-tokens: 12000 on the CPU, 32000 on a GPU; but where the output folder holds a saved plan (or a
+    finished set), that run's, so that a rerun on another device finishes the same batches instead of refusing
+    the folder as another run's."""
+    from nat_kd.distill import distill, pipeline
+
+    kw = dict(strategy="beam", beam=2, chunk_sentences=6)
+    out = tmp_path / "set"
+    left_out = config(teacher, tiny_en_de, corpus, out, **kw)
+    assert left_out.max_tokens is None
+    assert [pipeline.with_batch_default(left_out, gpu).max_tokens for gpu in (False, True)] == [12000, 32000]
+    assert pipeline.with_batch_default(config(teacher, tiny_en_de, corpus, out, max_tokens=300, **kw),
+                                       True).max_tokens == 300
+
+    real_decode = pipeline.decode_pending
+
+    def stop_after_one_chunk(session, store, chunks, pending, *args):
+        real_decode(session, store, chunks, pending[:1], *args)
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(pipeline, "decode_pending", stop_after_one_chunk)
+    with pytest.raises(RuntimeError, match="stopped"):
+        distill(config(teacher, tiny_en_de, corpus, out, max_tokens=1100, **kw))
+    assert [pipeline.with_batch_default(left_out, gpu).max_tokens for gpu in (False, True)] == [1100, 1100]
+    monkeypatch.setattr(pipeline, "decode_pending", real_decode)
+    finished = distill(left_out)
+    assert finished.meta["batching"]["max_tokens"] == 1100 and not (tmp_path / "set.partial").exists()
+    assert pipeline.with_batch_default(left_out, True).max_tokens == 1100  # from the finished set's meta.json
+    assert distill(left_out).meta == finished.meta  # already complete: nothing decoded again
+    fresh = distill(config(teacher, tiny_en_de, corpus, tmp_path / "fresh", **kw))
+    assert fresh.meta["batching"]["max_tokens"] == 12000

@@ -42,6 +42,8 @@ from nat_kd.artifacts import PreparedCorpus
 from nat_kd.errors import SettingsError
 from nat_kd.launch.arguments import check_launcher_arguments
 
+from .autobatch import CPU_MAX_TOKENS, GPU_MAX_TOKENS
+
 if TYPE_CHECKING:
     from .config import DistillConfig
 
@@ -125,9 +127,10 @@ def add_run_arguments(run) -> None:
     """The output, batching, shards, processes and device."""
     run.add_argument("--out", required=True, help="output folder")
     run.add_argument("--name", help="name recorded in meta.json (default: the output folder's name)")
-    run.add_argument("--max-tokens", type=max_tokens_argument, default=12000, metavar="N|auto",
-                     help="tokens per batch, source or reference, whichever is longer (default: fairseq-generate's "
-                          "own; docs/results/generator_speed.md compares batch sizes); auto: on a GPU, the fairseq "
+    run.add_argument("--max-tokens", type=max_tokens_argument, default=None, metavar="N|auto",
+                     help=f"tokens per batch, source or reference, whichever is longer (default: {CPU_MAX_TOKENS} on "
+                          f"the CPU, fairseq-generate's own; {GPU_MAX_TOKENS} on a GPU, the fastest measured there; "
+                          "a rerun into a folder of saved progress takes that run's); auto: on a GPU, the fairseq "
                           "backend's batches (tokens and sentences) sized to its free memory by a conservative "
                           "bound (nat_kd/distill/autobatch.py), recorded in meta.json's batching")
     run.add_argument("--max-sentences", type=int, default=None, help="sentences per batch")

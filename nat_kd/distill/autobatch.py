@@ -38,6 +38,10 @@ import numpy as np
 from nat_kd.errors import SettingsError
 
 AUTO = "auto"
+# --max-tokens left out: fairseq-generate's own on the CPU, where bigger batches gain little; on a GPU the batches
+# that decoded fastest, with the same hypotheses (docs/results/gpu/README.md)
+CPU_MAX_TOKENS = 12000
+GPU_MAX_TOKENS = 32000
 SAFETY = 0.5
 CONTEXT_BYTES = 1 << 30  # a CUDA context, cuBLAS's handles and torch's own, per extra process: an upper guess
 GIB = 1 << 30

@@ -83,6 +83,10 @@ class ShardLauncher:
         # the generator's own options say how it decodes (--fp16, --compute-type): the study's fp16 is not read
         check_tables(cluster, GENERATOR, where, here={"fp16": "the teacher's precision here is --fp16"})
         self.resources = cluster.resources_for(GENERATOR, "distil")
+        # one plan of batches for every shard and the merge: the default --max-tokens of the shards' device
+        from .pipeline import with_batch_default
+
+        self.cfg = with_batch_default(cfg, bool(self.resources.gpus))
         self.merge_resources = cluster.resources_for(GENERATOR, "merge")
         for kind, resources in (("distil", self.resources), ("merge", self.merge_resources)):
             check_job(resources, f"{where}: {self.name} [resources.{kind}]")

@@ -7,6 +7,7 @@ output directory. ``python -m nat_kd.distill`` (or ``nat_kd.generate_distilled``
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -20,7 +21,7 @@ from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
 
 from .agreement import check_against, check_references
-from .autobatch import AUTO, AutoBatching, auto_batching
+from .autobatch import AUTO, CPU_MAX_TOKENS, AutoBatching, auto_batching
 from .config import DistillConfig
 from .output import write_output
 from .pool import choose_device, decode_pending, parallelism
@@ -131,10 +132,26 @@ def already_done(out: DistilledSet, fingerprint: dict) -> dict | None:
     return meta if meta is not None and meta.get("fingerprint") == fingerprint else None
 
 
+def recorded_max_tokens(out_dir: str) -> int | str | None:
+    """The --max-tokens of the run whose saved plan (or finished set) is in ``out_dir``, if any."""
+    out = DistilledSet(Path(out_dir))
+    for record in (out.progress_dir / "plan.json", out.meta_file):
+        try:
+            return json.loads(record.read_text(encoding="utf-8"))["fingerprint"]["max_tokens"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def with_batch_default(cfg: DistillConfig, on_gpu: bool) -> DistillConfig:
+    """``cfg`` with --max-tokens set, where it was left out: the output folder's own, else the device's."""
+    return cfg.with_batch_default(on_gpu, recorded_max_tokens(cfg.out_dir) if cfg.max_tokens is None else None)
+
+
 def check_auto_device(cfg: DistillConfig, device: str) -> None:
     if cfg.max_tokens == AUTO and device == "cpu":
         raise SettingsError("--max-tokens auto sizes batches to a GPU's free memory, and this run decodes on the "
-                            "CPU: give --max-tokens a number (default 12000), or add --device cuda")
+                            f"CPU: give --max-tokens a number (default {CPU_MAX_TOKENS}), or add --device cuda")
 
 
 def load_run(cfg: DistillConfig, device: str, check_backend: bool = True) -> LoadedRun:
@@ -180,6 +197,7 @@ def planned_auto_batching(loaded: LoadedRun, store: ChunkStore, fingerprint: dic
 def distill(cfg: DistillConfig) -> DistillResult:
     started = time.perf_counter()
     device = choose_device(cfg)
+    cfg = with_batch_default(cfg, device != "cpu")
     # a merge decodes no shard (a cluster's merge job runs on a CPU): the decoding device's checks are the shards'
     loaded = load_run(cfg, device, check_backend=not cfg.merge_only)
     workers, threads = parallelism(cfg, device)

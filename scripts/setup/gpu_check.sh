@@ -13,7 +13,10 @@
 #   choose    python -m nat_kd.choose: GLAT pilots on the GPU, which train, exit and are scored as a user's
 #   generate  scripts/benchmarks/bench_generate.py: the generator against fairseq-generate, with more workers sharing the
 #             GPU, --fp16, bigger batches and batches sized to the GPU's free memory (--max-tokens auto)
-# choose and generate need the main job's teacher and distilled set, from this call or an earlier one in the
+#   student   a vanilla NAT student's fairseq-train on the distilled set, 300 updates: its exit status
+# Environment: GPU_CHECK_TRAINING_SECONDS caps the training phase (to leave time for the phases after it);
+# GPU_CHECK_VARIANTS replaces the generate phase's variants (NAME=ARGS;NAME=ARGS...).
+# choose, generate and student need the main job's teacher and distilled set, from this call or an earlier one in the
 # same checkout; training prepares the data if no phase did. A phase starts only while the budget lasts; the
 # training benchmark stops at its deadline. Device time is scarce: docs/results/gpu/README.md says which
 # calls fitted.
@@ -27,8 +30,8 @@ budget="${4:-540}"
 phases=("${@:5}")
 (( ${#phases[@]} )) || phases=(setup main training generate choose)
 for name in "${phases[@]}"; do
-  [[ " setup suite main training choose generate " == *" $name "* ]] \
-    || { echo "gpu_check.sh: unknown phase $name: choose among setup suite main training choose generate" >&2; exit 2; }
+  [[ " setup suite main training choose generate student " == *" $name "* ]] \
+    || { echo "gpu_check.sh: unknown phase $name: choose among setup suite main training choose generate student" >&2; exit 2; }
 done
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -94,6 +97,7 @@ print("main job distillation:", {k: timing.get(k) for k in ("wall_seconds", "dec
 run_training() {  # 6x512 with 16k-token batches: every family and the transformer, fp16 and fp32
   [[ -n "$(prepared)" ]] || phase prepare python -m nat_kd.prepare --src en --tgt de
   local deadline=$(( $(left) - 70 ))
+  (( deadline > ${GPU_CHECK_TRAINING_SECONDS:-$deadline} )) && deadline=$GPU_CHECK_TRAINING_SECONDS
   (( deadline > 60 )) || { note "training: skipped, $(left) s left"; return; }
   phase training python scripts/benchmarks/bench_training.py --data "$(prepared)/bin" --out "$out/training" \
     --models nat glat ctc glat_ctc dat transformer --shapes 6x512:16384 --precisions fp16 fp32 \
@@ -109,12 +113,23 @@ run_choose() {  # pilots as a user runs them: fairseq-train on the GPU, its exit
 }
 
 run_generate() {  # the first 10,000 training sentences; each variant against the same fairseq-generate run
+  local spec variants=()
+  IFS=';' read -r -a specs <<< "${GPU_CHECK_VARIANTS:-auto=--max-tokens auto;fp16auto=--fp16 --max-tokens auto;w2=--workers 2;w4=--workers 4;fp16=--fp16;big=--max-tokens 32000;fp16w4=--fp16 --workers 4}"
+  for spec in "${specs[@]}"; do variants+=(--variant "$spec"); done
   phase generate python scripts/benchmarks/bench_generate.py --teacher-path "$teacher" --prepared "$(prepared)" \
     --split train --limit 10000 --beam 5 --max-tokens 12000 --repeats 1 --skip-default-count --device cuda \
-    --workers 1 --variant auto="--max-tokens auto" --variant fp16auto="--fp16 --max-tokens auto" \
-    --variant w2="--workers 2" --variant w4="--workers 4" --variant fp16=--fp16 \
-    --variant big="--max-tokens 32000" --variant fp16w4="--fp16 --workers 4"
+    --workers 1 "${variants[@]}"
   grep -E "identical|sent/s|speed vs" "$out/generate.log" >> "$summary"
+}
+
+run_student() {  # a NAT student's fairseq-train as next_steps prints it: does it exit 0 on the GPU?
+  phase student fairseq-train "$distilled/bin" --user-dir fairseq_plugins --task translation_lev \
+    --criterion nat_loss --noise full_mask --pred-length-offset --length-loss-factor 0.1 --arch kd_nat_tiny \
+    --label-smoothing 0.1 --optimizer adam --adam-betas '(0.9, 0.98)' --lr 0.001 --lr-scheduler inverse_sqrt \
+    --warmup-updates 200 --warmup-init-lr 1e-07 --max-tokens 4096 --required-batch-size-multiple 1 \
+    --max-update 300 --save-dir /tmp/gpu_check.student --no-epoch-checkpoints --seed 1 --log-format simple \
+    --log-interval 50 --no-progress-bar
+  grep -h -E "done training|terminate called|Aborted" "$out/student.log" | head -n 3 >> "$summary"
 }
 
 if [[ " ${phases[*]} " != *" setup "* ]]; then
