@@ -60,6 +60,7 @@ def test_the_docs_worked_example_is_this_backend():
     assert "register_backend(ReverseBackend)" in text
 
 
+@pytest.mark.slow
 def test_a_registered_backend_writes_the_set_by_library_and_command_line(reverse, teacher, tiny_en_de, tmp_path):
     """The library in one process, the command line in two worker processes (spawned: they get the class by
     reference and register it): the same files, whose targets are the reversed sources."""
@@ -158,6 +159,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_the_registry_imports_no_engine_until_a_run_decodes():
     """The package, the pipeline, the command line's parser and a ctranslate2 run's settings check import neither
     ctranslate2 nor transformers; the ctranslate2 backend's class is imported without its engine."""

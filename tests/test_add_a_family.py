@@ -70,6 +70,7 @@ def run(copy, *argv, cwd):
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_a_family_from_one_file_trains_and_decodes_through_the_toolkit(project_with_family, tiny_en_de, tmp_path):
     copy = project_with_family
     listed = run(copy, sys.executable, "-c", "import nat_kd; from nat_kd.engine.steps import student_family; "

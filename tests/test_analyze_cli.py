@@ -143,6 +143,7 @@ def test_sentences_scores_any_pair_of_files(corpus, capsys):
     assert "bleu: mean" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_sentences_scores_a_block_at_a_time(tmp_path, monkeypatch):
     """2,000 real lines in blocks of 300 (the last one short): the file that scoring every line at once writes,
     FRS included, while memory holds one block's text and sacrebleu statistics (holding all of them, 29,000

@@ -21,6 +21,7 @@ def transformer_params(vocab: int, d: int, ffn: int, layers: int) -> int:
 
 
 @pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.slow
 def test_teacher_parameter_count_matches_formula_and_paper(size):
     s = SIZES[size]
     counted = count_parameters(f"kd_transformer_{size}", 40000)

@@ -47,6 +47,7 @@ def test_shapes_are_parsed_and_a_wrong_one_is_refused_with_the_form_to_write():
         bench_training.shape_of("6x512")
 
 
+@pytest.mark.slow
 def test_smoke_run_on_cpu_trains_each_kind_of_model_and_writes_its_results(tiny_en_de, tmp_path):
     """A micro model of three kinds (one-pass NAT, the DAG loss, the AT anchor), a few updates each, on the CPU
     (--cpu: on a GPU machine too)."""
@@ -84,6 +85,7 @@ def test_a_child_that_crashes_after_printing_its_figures_keeps_them_and_one_that
     assert failed["error"] == "torch.OutOfMemoryError: CUDA" and failed["exit"] == 1
 
 
+@pytest.mark.slow
 def test_the_measuring_process_exits_cleanly_while_fairseqs_loader_thread_is_still_collating():
     """fairseq's BufferedIterator collates the next batches in a daemon thread; a process that ends while that
     thread is inside torch's C++ code is aborted at teardown by CPython before 3.14 (exit 134). Here the

@@ -62,6 +62,7 @@ def candidates(corpus, tmp_path_factory):
     return short, doubled
 
 
+@pytest.mark.slow
 def test_choose_ranks_pilots_on_every_candidate_and_the_real_data_and_resumes(corpus, candidates, tmp_path, capsys):
     out = tmp_path / "choose"
     argv = ["--corpus", str(corpus), "--candidates", *map(str, candidates), "--arch", "kd_nat_tiny",

@@ -85,6 +85,7 @@ def run_probe(module: str, *args: str) -> str:
 
 
 @pytest.mark.parametrize("module", COMMANDS)
+@pytest.mark.slow
 def test_fairseq_logs_only_warnings_unless_verbose(module):
     """--help included: fairseq's INFO lines (the tensorboardX hint it logs as it is imported among them) are
     not shown; its warnings and the toolkit's own INFO lines are."""
@@ -95,6 +96,7 @@ def test_fairseq_logs_only_warnings_unless_verbose(module):
 
 
 @pytest.mark.parametrize("module", ["nat_kd.generate_distilled", "nat_kd.teacher_topk"])
+@pytest.mark.slow
 def test_verbose_shows_fairseqs_info(module):
     out = run_probe(module, "--verbose", "--help")
     assert "Please install tensorboardX" in out and "probe: fairseq info" in out and "probe: toolkit info" in out
@@ -107,6 +109,7 @@ def test_verbose_shows_fairseqs_info(module):
                                    "fairseq_cli.train | WARNING: probe: fairseq warning"}),
     ("nat_kd.study", {"probe: toolkit info", "WARNING: probe: toolkit warning", "ERROR: probe: toolkit error",
                       "WARNING: probe: fairseq warning"})])  # the study's format has no logger name
+@pytest.mark.slow
 def test_warnings_and_errors_show_their_level(module, logged):
     """A warning does not read like one more info line: from WARNING up, the message starts with its level."""
     out = run_probe(module, "--help")

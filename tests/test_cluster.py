@@ -408,6 +408,7 @@ def micro_local(tmp_path_factory):
     return corpus, out, records
 
 
+@pytest.mark.slow
 def test_micro_steps_as_jobs_give_the_local_runners_bytes(micro_local, tmp_path):
     import shutil
 
@@ -448,6 +449,7 @@ def _set_bytes(folder):
             if f.is_file() and f.name not in ("meta.json", "card.json", "CARD.md")}
 
 
+@pytest.mark.slow
 def test_shards_as_a_job_array_give_the_unsharded_set_and_resume_from_saved_chunks(micro_local, tmp_path, capsys):
     _, local, _ = micro_local
     reference = _set_bytes(local / "work" / "distil.t1.beam" / "data")
@@ -824,7 +826,9 @@ def test_a_preempted_shard_is_resubmitted_and_the_array_is_collected(tmp_path, m
     again = str(first + 1)
     assert slurm.jobs()[again] == ("distil.out", None)  # one job, shard 0 of the same command
     assert "--array" not in (slurm.folder / f"job-{again}.sh").read_text()
-    assert Submitted.read(tmp_path / "out.jobs" / "shard-0.submitted.json").job_id == again
+    # the marker is written once sbatch has returned the new id: wait for it rather than race the driver
+    _until(lambda: Submitted.read(tmp_path / "out.jobs" / "shard-0.submitted.json").job_id == again,
+           "shard 0's marker does not name the resubmitted job")
     _result(tmp_path / "out.jobs", f"{first}_1", False)
     _result(tmp_path / "out.jobs", again, True)  # the last shard merged
     slurm.set_states(**{f"{first}_1": "COMPLETED", again: "COMPLETED"})
@@ -1166,6 +1170,7 @@ def _checkpoint_updates(path):
         return 0
 
 
+@pytest.mark.slow
 def test_a_step_preempted_while_fairseq_train_runs_is_resubmitted_and_resumes_from_its_checkpoint(
         micro_local, tmp_path, monkeypatch):
     """As Slurm preempts: PREEMPTED, SIGTERM to every process of the job, SIGKILL after the grace time. The
@@ -1224,6 +1229,7 @@ def _group_processes(slurm, task):
     return found
 
 
+@pytest.mark.slow
 def test_a_generator_shard_preempted_while_its_workers_decode_is_resubmitted(micro_local, tmp_path, monkeypatch):
     """A shard decoding with two worker processes: SIGTERM kills the workers, the shard's pool breaks and its
     work fails. Preempted, the shard is resubmitted, resumes from its saved chunks, and the set is the one an
@@ -1274,6 +1280,7 @@ run_stoppable(Runner(root, launcher=launcher), plan, launcher)
 """
 
 
+@pytest.mark.slow
 def test_two_signals_a_millisecond_apart_never_orphan_a_job(tmp_path, monkeypatch):
     """SIGTERM twice, 1 ms apart, to a driver of three jobs, at moments from before its first submission to
     after its last: every job it submitted is cancelled (scancel, its marker gone) or named as left running

@@ -211,6 +211,7 @@ def epoch_losses(log: str) -> list[float]:
     return [float(m.group(1)) for m in re.finditer(r"\| train \| epoch \d+ \| loss ([\d.]+)", log)]
 
 
+@pytest.mark.slow
 def test_micro_dat_learns_and_decodes_every_sentence_greedily(tiny_en_de, tmp_path):
     # test_fairseq_training runs the family's own flags (lookahead decoding) for a few updates
     spec = STUDENT_FAMILIES["dat"]

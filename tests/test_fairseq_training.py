@@ -10,6 +10,7 @@ from conftest import COMMON, MICRO_MODEL, ROOT, TRAIN, TRAIN_SENTENCES, run_fair
 import fairseq_plugins  # noqa: F401  (safe checkpoint loading)
 
 
+@pytest.mark.slow
 def test_teacher_trains_and_decodes_every_sentence(tiny_en_de, tmp_path):
     hyps = train_and_decode(tiny_en_de / "bin", tmp_path / "teacher", "kd_transformer_tiny",
                             ("--task", "translation", "--criterion", "label_smoothed_cross_entropy",
@@ -33,6 +34,7 @@ def test_edit_based_students_use_libnat():
         assert libnat.suggested_ed2_path([source], [target], 1) == [path]
 
 
+@pytest.mark.slow
 def test_checkpoint_resumes_and_loads_with_weights_only(tiny_en_de, tmp_path):
     save = tmp_path / "resume"
     flags = ("--task", "translation", "--arch", "kd_transformer_tiny", *MICRO_MODEL,

@@ -101,6 +101,7 @@ def test_checksum_table_is_the_local_copy(published):
     assert multi30k.MULTI30K_URL.endswith("/data/task1/raw/")
 
 
+@pytest.mark.slow
 def test_fetch_into_an_empty_cache_then_prepare(no_local, site, published, tmp_path, caplog):
     caplog.set_level("INFO")
     out = prepare(PrepareConfig("en", "de", vocab_size=200, train_limit=30), out_dir=tmp_path / "out")

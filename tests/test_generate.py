@@ -33,6 +33,7 @@ def runs(teacher, tiny_en_de, corpus, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["beam", "greedy", "sampling", "topk", "topp", "seq-inter"])
+@pytest.mark.slow
 def test_every_strategy_writes_line_aligned_output(runs, corpus, name):
     from fairseq.data import data_utils, Dictionary
 
@@ -96,6 +97,7 @@ def distill_head(teachers, tiny_en_de, data, out, **decoding) -> list[str]:
     return lines(out / "spm" / "valid.de")
 
 
+@pytest.mark.slow
 def test_greedy_matches_beam_one_and_beam_differs_from_sampling(teacher, tiny_en_de, valid_head, tmp_path,
                                                                 monkeypatch):
     """greedy is beam search with beam 1: the generator's greedy and its beam 1 agree line for line, and both are
@@ -145,6 +147,7 @@ def test_rerun_of_a_finished_run_is_a_no_op(runs, teacher, tiny_en_de, corpus):
     assert (out / "meta.json").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp_path):
     reference = distill(config(teacher, tiny_en_de, corpus, tmp_path / "whole", strategy="topk",
                                max_tokens=1100, max_sentences=6, chunk_sentences=6)).out_dir
@@ -155,6 +158,7 @@ def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp
     assert output_bytes(out) == output_bytes(reference)
 
 
+@pytest.mark.slow
 def test_two_shards_then_merge_equal_one_run(runs, teacher, tiny_en_de, corpus, tmp_path):
     out = tmp_path / "sharded"
     # batches of 8 sentences, one per chunk: 6 chunks, shard 1 gets 3, decoded by 2 worker processes
@@ -370,6 +374,7 @@ def test_ensemble_of_two_checkpoints(runs, teacher, tiny_en_de, corpus, tmp_path
     assert sum(a == b for a, b in zip(ensemble, single)) >= N_LINES - 3
 
 
+@pytest.mark.slow
 def test_ensemble_of_two_different_checkpoints_is_fairseq_generates(teacher, other_teacher, tiny_en_de, valid_head,
                                                                     tmp_path, monkeypatch):
     """--teacher-path A.pt:B.pt of two different models (other seed, other number of updates), beam 5: token for
@@ -394,6 +399,7 @@ def test_ensemble_of_two_different_checkpoints_is_fairseq_generates(teacher, oth
         assert single != ensemble, alone
 
 
+@pytest.mark.slow
 def test_output_projection_runs_as_one_matrix_product_per_step(teacher, tiny_en_de, corpus, tmp_path):
     """A frozen teacher makes torch's matmul run the vocabulary projection of fairseq's strided last-step
     features as one matrix-vector product per hypothesis (aten::bmm over the vocabulary): measured 1.6x
@@ -442,6 +448,7 @@ def test_batches_are_fairseq_generates_from_binarized_or_raw_input(teacher, tiny
     assert raw.batches() == expected
 
 
+@pytest.mark.slow
 def test_hypotheses_are_fairseq_generates(teacher, tiny_en_de, tmp_path):
     """Beam search over the whole valid split: token for token what fairseq-generate prints, every line."""
     from conftest import run_fairseq
@@ -461,6 +468,7 @@ def test_hypotheses_are_fairseq_generates(teacher, tiny_en_de, tmp_path):
 
 @pytest.mark.parametrize("strategy, extra", [("beam", {"beam": 4}), ("greedy", {}), ("topk", {"temperature": 0.7}),
                                              ("ensemble", {"beam": 3})])
+@pytest.mark.slow
 def test_lean_ensemble_decodes_exactly_as_fairseqs(teacher, tiny_en_de, corpus, tmp_path, strategy, extra):
     """Tokens, scores and positional scores of every n-best hypothesis equal those of fairseq's EnsembleModel."""
     from fairseq.sequence_generator import EnsembleModel
@@ -606,6 +614,7 @@ def test_fairseq_backend_error_in_the_background_thread_surfaces_from_result(tea
         background.close()
 
 
+@pytest.mark.slow
 def test_run_with_fairseq_decoding_in_the_background_writes_the_same_set(teacher, tiny_en_de, corpus, tmp_path,
                                                                          monkeypatch):
     """The single-process loop with the fairseq backend's background thread (a GPU's default, forced here):
@@ -740,6 +749,7 @@ def binarized(folder: Path, lang: str, dict_dir: Path) -> list[list[str]]:
     return [dictionary.string(t).split() for t in load_binarized(folder, "valid", lang, "en-de", dictionary)]
 
 
+@pytest.mark.slow
 def test_student_data_binarizes_a_fairseq_teachers_set_in_another_vocabulary(teacher, tiny_en_de, corpus, student,
                                                                              student_set, tmp_path_factory):
     """--student-data with a fairseq teacher: bin/ holds the texts encoded by the student's sentencepiece model

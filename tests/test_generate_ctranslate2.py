@@ -42,6 +42,7 @@ MAX_LEN = 20
 
 
 @pytest.mark.parametrize("strategy, beam", [("beam", 4), ("greedy", 1)])
+@pytest.mark.slow
 def test_hypotheses_equal_fairseqs_or_tie(teacher, tiny_en_de, tmp_path, strategy, beam):  # noqa: F811
     """The whole valid split (1014 sentences) against the fairseq backend. Hypotheses that end before the
     length limit are the same, or differ where fairseq scores the two the same within 1e-5. At the limit the
@@ -86,6 +87,7 @@ def test_hypotheses_equal_fairseqs_or_tie(teacher, tiny_en_de, tmp_path, strateg
         assert all(len(ours[i].split()) == MAX_LEN for i in differing_at_limit)  # CTranslate2 stopped at the limit
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_output(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
     """topk: sampled, so it also shows that per-batch seeding survives a kill, a new process and resumption."""
     settings = dict(strategy="topk", max_tokens=1100, max_sentences=6, chunk_sentences=6)
@@ -192,6 +194,7 @@ def test_fp16_needs_a_gpu(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
         distill(config(teacher, tiny_en_de, corpus, tmp_path / "o", device="cpu", fp16=True))
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible_across_shards_and_workers_but_not_batchings(teacher, tiny_en_de, corpus,  # noqa: F811
                                                                               tmp_path):
     kw = dict(strategy="sampling", seed=3, max_sentences=8, chunk_sentences=8)
@@ -211,6 +214,7 @@ def test_sampling_is_reproducible_across_shards_and_workers_but_not_batchings(te
     assert "another batching gives other samples" in meta["backend"]["sampling_reproducible"]
 
 
+@pytest.mark.slow
 def test_strategies_map_onto_ctranslate2s_options(teacher, tiny_en_de, corpus, tmp_path):  # noqa: F811
     import sacrebleu
 

@@ -82,6 +82,7 @@ def published(teachers, name, tiny_en_de, out, split="train", **kw):
 
 
 @pytest.mark.parametrize("name", ["marian", "m2m100"])
+@pytest.mark.slow
 def test_hugging_face_teacher_agrees_with_transformers_generate(teachers, tiny_en_de, tmp_path, name, caplog):
     """Beam 4 on the training split: the check against transformers' generate is recorded and (same model,
     same search) finds the same hypotheses; the output is line-aligned and detokenized by the teacher's own
@@ -110,6 +111,7 @@ def test_hugging_face_teacher_agrees_with_transformers_generate(teachers, tiny_e
     assert again.meta["teacher"]["sha256"] == teacher["sha256"]
 
 
+@pytest.mark.slow
 def test_greedy_equals_transformers_generate_written_out(teachers, tiny_en_de, tmp_path):
     """The reference spelled out here, without the toolkit: M2M100's greedy search by transformers, the target
     language token forced first, at most MAX_LEN tokens then EOS. The model's made-up words (ids past the
@@ -192,6 +194,7 @@ def test_low_agreement_names_the_usual_causes(teachers, tiny_en_de, tmp_path, ca
 @pytest.mark.parametrize("strategy, settings", [("beam", dict(beam=3)), ("greedy", {}), ("sampling", {}),
                                                 ("topk", dict(top_k=5)), ("topp", dict(top_p=0.8)),
                                                 ("seq-inter", dict(beam=3))])
+@pytest.mark.slow
 def test_every_strategy_with_a_published_teacher(teachers, tiny_en_de, corpus, tmp_path, strategy,  # noqa: F811
                                                  settings):
     """The 48-line corpus with an empty and an over-long source: line-aligned; sampled ones reproduce."""
@@ -211,6 +214,7 @@ def test_every_strategy_with_a_published_teacher(teachers, tiny_en_de, corpus, t
 
 
 @pytest.mark.parametrize("ct2, hf", [("ct2", "marian"), ("m2m100-ct2", "m2m100")])
+@pytest.mark.slow
 def test_ctranslate2_folder_as_opus_mt_ships_it(teachers, tiny_en_de, tmp_path, ct2, hf):
     """The converted model with its sentencepiece models (Marian: source.spm/target.spm, M2M100:
     sentencepiece.bpe.model): the same hypotheses as the Hugging Face folder (the sentencepiece models
@@ -226,6 +230,7 @@ def test_ctranslate2_folder_as_opus_mt_ships_it(teachers, tiny_en_de, tmp_path, 
                    if p.name != hf.meta["teacher"]["ctranslate2_model"].rsplit("/", 1)[-1])
 
 
+@pytest.mark.slow
 def test_student_vocabulary_bin_trains_a_nat_student(teachers, tiny_en_de, tmp_path):
     """--student-data: bin/ is what fairseq-preprocess makes of the texts in the student's tokens (the source
     side byte for byte the student's own binarized split), its <unk> share is counted, and a NAT student
@@ -261,6 +266,7 @@ def test_student_vocabulary_bin_trains_a_nat_student(teachers, tiny_en_de, tmp_p
     assert sorted(hyps) == list(range(TRAIN_LINES))
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_output(teachers, tiny_en_de, corpus, tmp_path):  # noqa: F811
     """topk by the command line, killed after its first chunk and run again: the same bytes as a whole run."""
     command = [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", str(teachers["m2m100"]),
@@ -367,6 +373,7 @@ def test_ctranslate2_model_with_fewer_positions(teachers, tiny_en_de, tmp_path, 
         distill(published({"ct2": folder}, "ct2", tiny_en_de, tmp_path / "p", strategy="greedy", max_len_b=200))
 
 
+@pytest.mark.slow
 def test_worker_processes_keep_fairseqs_info_lines_quiet(teachers, tiny_en_de, tmp_path):
     """--workers 2: each spawned worker imports fairseq, which logs "Please install tensorboardX" as it is
     imported; like the main process, the workers show none of fairseq's INFO lines."""

@@ -35,6 +35,7 @@ def binarized_target(folder):
     return stored, lambda line: dictionary.string(dictionary.encode_line(line, add_if_not_exist=False))
 
 
+@pytest.mark.slow
 def test_repeated_lines_take_the_reference_line_by_line(distilled, tiny_en_de, tmp_path, capsys):
     kd, refs, targets = distilled
     out = tmp_path / "mixed"
@@ -67,6 +68,7 @@ def test_repeated_lines_take_the_reference_line_by_line(distilled, tiny_en_de, t
     assert {p.name for p in DistilledSet(out).root.iterdir()} >= {"CARD.md", "card.json", "scores.tsv", "bin"}
 
 
+@pytest.mark.slow
 def test_lines_left_out_of_bin_stay_out(tiny_en_de, tmp_path):
     """The generator leaves empty sources' pairs out of bin/ (meta.json files.binarized_left_out_lines): the mix
     keeps every line in its text files and leaves the same lines out of its bin/, the other pairs aligned."""
@@ -98,6 +100,7 @@ def test_thresholds_are_or_ed_and_worst_first_reaches_a_target(distilled, tiny_e
     assert (np.diff(rest) >= 0).all()
 
 
+@pytest.mark.slow
 def test_the_complexity_search_replaces_the_fewest_worst_lines_that_reach_the_target(distilled, tiny_en_de,
                                                                                       tmp_path):
     """--target-complexity halfway between the set's C(d) and the real data's: the mix replaces k lines, worst
@@ -204,6 +207,7 @@ def evaluator(tiny_en_de, tmp_path_factory):
     return save / "checkpoint_last.pt"
 
 
+@pytest.mark.slow
 def test_selective_kd_keeps_the_distilled_targets_the_evaluator_scores_best(distilled, tiny_en_de, evaluator,
                                                                             tmp_path):
     """Liu et al.'s rule: the evaluator (a NAT) translates each source; a line's score is the mean of its

@@ -19,6 +19,7 @@ def test_main_job_ends_with_the_student_commands():
     assert '--prepared "$DATA" --distilled "$RUN_DIR/distill/beam5"' in last
 
 
+@pytest.mark.slow
 def test_printed_commands_train_a_student(tiny_en_de, tmp_path, capsys):
     distilled = tmp_path / "beam5"  # a distilled set's bin/ has the prepared corpus's layout
     shutil.copytree(tiny_en_de / "bin", distilled / "bin")
@@ -59,6 +60,7 @@ def ranking_file(path, corpus, sets: dict, order: list[str], arch="kd_glat_tiny"
     return path
 
 
+@pytest.mark.slow
 def test_from_ranking_trains_chooses_pick_with_its_student_at_its_own_size(tiny_en_de, tmp_path, capsys):
     distilled = tmp_path / "beam5"
     shutil.copytree(tiny_en_de / "bin", distilled / "bin")

@@ -63,6 +63,7 @@ def from_checkpoint(foreign, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_output_is_fairseq_generates_in_the_teachers_tokens_and_detokenized(from_checkpoint, fairseq_generate):
     tokens, text = lines(from_checkpoint / "spm" / "valid.fr"), lines(from_checkpoint / "valid.fr")
     assert len(tokens) == len(text) == len(fairseq_generate["H"]) == N_VALID

@@ -155,6 +155,7 @@ def test_out_dir_may_be_the_current_folder(raw_dir, tmp_path, monkeypatch, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "raw"]  # no temporary folder left
 
 
+@pytest.mark.slow
 def test_an_own_corpus_with_a_model_is_prepared_line_by_line(raw_dir, tmp_path):
     """With --spm-model (or --bpe-codes, --pretokenized) the text is not held: 12 times the lines raise the peak
     of Python's allocations by less than the added text's size (fairseq's binarizer keeps a few numbers per

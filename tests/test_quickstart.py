@@ -74,6 +74,7 @@ def quickstarted(tiny_en_de, tmp_path_factory):
     return folder, run_block(quickstart(), folder)
 
 
+@pytest.mark.slow
 def test_the_quickstart_runs_as_written_from_raw_text_to_a_tested_student(quickstarted):
     tmp_path, out = quickstarted
     ranking = (tmp_path / "runs" / "choose" / "ranking.md").read_text(encoding="utf-8").splitlines()
@@ -92,6 +93,7 @@ def test_the_quickstart_runs_as_written_from_raw_text_to_a_tested_student(quicks
     assert re.search(r"Generate test with beam=1: BLEU = [\d.]+", scored), scored[-2000:]
 
 
+@pytest.mark.slow
 def test_the_quickstart_with_a_published_teacher_reaches_choose(quickstarted):
     """The second block, with a tiny MarianMT folder (an OPUS-MT model's layout, test_generate_published) standing
     for the downloaded one: its set comes in the student's tokens, and choose ranks it beside the main one's."""
@@ -112,6 +114,7 @@ def test_the_quickstart_with_a_published_teacher_reaches_choose(quickstarted):
 
 
 @pytest.mark.parametrize("broken", ["--strategy beem", "--set-dir runs/distill/beam6"])
+@pytest.mark.slow
 def test_a_broken_quickstart_line_fails_the_run(broken, tmp_path, monkeypatch):
     """What the test above would meet if the README said this: the command fails, so the test would."""
     command = {"--strategy beem": "python -m nat_kd.generate_distilled --strategy beem --out x",

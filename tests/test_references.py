@@ -38,6 +38,7 @@ def _binarized(folder, prefix):
     return [dictionary.string(dataset[i]) for i in range(len(dataset))]
 
 
+@pytest.mark.slow
 def test_a_multi_reference_set_is_the_first_set_with_the_others_beside_it(sets, tmp_path, capsys):
     folders, targets = sets
     out = tmp_path / "three"
@@ -89,6 +90,7 @@ def test_the_task_reads_every_reference_of_a_line_into_its_batch(sets, tiny_en_d
             assert words == d.string(d.encode_line(pieces, add_if_not_exist=False))
 
 
+@pytest.mark.slow
 def test_the_union_set_holds_every_sets_pairs_one_after_the_other(sets, tiny_en_de, tmp_path):
     folders, targets = sets
     out = tmp_path / "union"
@@ -118,6 +120,7 @@ def test_sets_of_other_sources_are_refused_naming_the_line(sets, tiny_en_de, tmp
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_next_steps_prints_commands_that_train_a_student_on_every_reference(tiny_en_de, tmp_path, capsys):
     """A multi-reference set of the training split: next_steps prints fairseq-train with the loss that takes
     several references, which trains a CTC student with glancing for a few updates, and fairseq-generate, which
@@ -152,6 +155,7 @@ def test_next_steps_prints_commands_that_train_a_student_on_every_reference(tiny
     assert "--arch kd_nat_tiny: its loss takes one reference a sentence" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_generator_decodes_with_each_teacher_separately_into_one_multi_reference_set(teacher, tiny_en_de, corpus,
                                                                                           tmp_path):
     """--separately: each teacher's own set, as a run with that teacher alone writes it; then the first set with

@@ -35,6 +35,7 @@ def test_streamed_bleu_is_sacrebleus_corpus_bleu(pairs, lowercase):
     assert 10 < got.score < 90
 
 
+@pytest.mark.slow
 def test_line_statistics_give_sacrebleus_sentence_scores_and_their_sums_its_corpus_scores(pairs):
     hypotheses, references = pairs
     bleu, chrf = BleuStatistics(effective_order=True), ChrfStatistics()

@@ -49,6 +49,7 @@ def as_documented(text: str, tiny_en_de, distilled, out) -> str:
     return text
 
 
+@pytest.mark.slow
 def test_the_page_shows_what_next_steps_prints_for_every_family(tiny_en_de, distilled, tmp_path, capsys):
     blocks = documented()
     assert sorted(blocks) == sorted(STUDENT_FAMILIES)
@@ -67,6 +68,7 @@ def run(argv: list[str], cwd) -> str:
 
 
 @pytest.mark.parametrize("family", list(STUDENT_FAMILIES))
+@pytest.mark.slow
 def test_each_familys_commands_train_and_test_a_student(family, tiny_en_de, distilled, tmp_path):
     train, generate = (shlex.split(command.replace(DISTILLED, str(distilled)).replace(OUT, str(tmp_path)))
                        for command in documented()[family])

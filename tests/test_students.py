@@ -378,6 +378,7 @@ NEW_FAMILIES = ["glat", "ctc", "glat_ctc", "nacrf"]
 
 
 @pytest.mark.parametrize("family", NEW_FAMILIES)
+@pytest.mark.slow
 def test_new_student_family_learns(family, tiny_en_de, tmp_path):
     spec = STUDENT_FAMILIES[family]
     train = list(TRAIN)

@@ -523,6 +523,7 @@ def test_ctrl_c_stops_the_local_driver_with_a_line_not_a_traceback(where, extra,
     assert capsys.readouterr().err.strip().splitlines()[-1] == "stopped; rerun the same command to go on"
 
 
+@pytest.mark.slow
 def test_a_failing_job_raises_with_its_log_and_a_finished_one_writes_its_streams(tmp_path):
     """Jobs run in children of the preloaded job server: a module that fails is reported with its log's
     tail, and one that succeeds leaves its stdout in the named file and its stderr in the log."""
@@ -981,6 +982,7 @@ def test_the_family_table_finds_each_family_s_best_set_and_tests_the_others_agai
     assert "family_figure" not in paths and not (tmp_path / "plain").exists()
 
 
+@pytest.mark.slow
 def test_the_job_server_keeps_fairseqs_import_noise_off_the_terminal_and_its_info_lines_in_the_log(tiny_en_de,
                                                                                                  tmp_path):
     """A fresh driver's job server imports fairseq, whose text_to_speech task logs "Please install tensorboardX"
@@ -1018,6 +1020,7 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_curve_chunk_killed_after_an_epoch_s_end_trains_again_as_it_ran(tiny_en_de, tmp_path):
     """A learning curve's second chunk whose job dies midway (kill -9, here right after the end of epoch 2)
     resumes from the first chunk's end to the very model of a curve never killed. Had fairseq saved at the
@@ -1065,6 +1068,7 @@ def test_a_curve_chunk_killed_after_an_epoch_s_end_trains_again_as_it_ran(tiny_e
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the job's end with its server is Linux's prctl")
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+@pytest.mark.slow
 def test_a_job_ends_with_the_driver_that_started_it(sig, tiny_en_de, tmp_path):
     """A driver stopped by a signal only it receives (a kill of its pid, -9 included) takes its running job
     with it: left running, the job would train beside the rerun that resumes the same step."""

@@ -1,8 +1,10 @@
 """The decoding profile in miniature, end to end (test_study_profiles.py runs the others): the central table, the
 seed spread, the correlations and the speed table."""
+import pytest
 from conftest import run_profile
 
 
+@pytest.mark.slow
 def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, capsys):
     """The decoding profile's tables in miniature: the central table (data measures, student BLEU, gap with the
     seed spread, bootstrap p, the paper's figures), the seed spread, the correlations and the speed table."""

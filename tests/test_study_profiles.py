@@ -13,6 +13,7 @@ from nat_kd.study.plan import build_plan
 # ------------------------------------------------------------------ micro profile, end to end
 
 
+@pytest.mark.slow
 def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
     from nat_kd.study.__main__ import main
 
@@ -78,6 +79,7 @@ def test_micro_profile_end_to_end_and_resumes(tmp_path, capsys):
 # ------------------------------------------------------------------ kd-effect profile in miniature, end to end
 
 
+@pytest.mark.slow
 def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys):
     from nat_kd.study.__main__ import main
 
@@ -128,6 +130,7 @@ def test_kd_effect_micro_profile_fills_every_table_and_resumes(tmp_path, capsys)
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, capsys):
     """Two teachers of distinct sizes under one stopping rule, each teacher's beam set analysed, the student on
     each: the figure, the table (the teachers' BLEU, both C(d) of each set, the student's BLEU, its peak) and

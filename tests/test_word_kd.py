@@ -154,6 +154,7 @@ def random_student(task, checkpoint):
     return task.build_model(cfg)
 
 
+@pytest.mark.slow
 def test_alpha_one_equals_fairseqs_label_smoothed_cross_entropy(tiny_en_de, micro_teacher):
     task, sample = translation_task_and_batch(tiny_en_de / "bin")
     (student,) = TeacherEnsemble.load(str(micro_teacher)).models  # any model will do; a fresh copy of the teacher here
@@ -272,6 +273,7 @@ def test_fairseq_train_at_student_online_and_offline(tiny_en_de, micro_teacher, 
 
 
 @pytest.mark.parametrize("family", ["nat", "cmlm", "inat"])
+@pytest.mark.slow
 def test_fairseq_train_nat_student(tiny_en_de, micro_teacher, tmp_path, family):
     from fairseq_plugins.models.nat import STUDENT_FAMILIES
 
