@@ -2,13 +2,13 @@
 ``pipeline.distill`` runs it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nat_kd.errors import SettingsError
 from nat_kd.tokenization import TokenizationSettings
 
-from .autobatch import AUTO, CPU_MAX_TOKENS, GPU_MAX_TOKENS
+from .autobatch import AUTO
 from .backends import DEFAULT_BACKEND, PUBLISHED_TEACHER_BACKEND, backend_class, names_with
 from .decoding import DecodingSettings
 from .teachers import is_published
@@ -28,7 +28,7 @@ class DistillConfig:
     dict_dir: str | None = None  # the teacher's dictionaries (default: the folder it was trained on)
     decoding: DecodingSettings = field(default_factory=DecodingSettings)
     name: str | None = None  # recorded in meta.json (default: the output folder's name)
-    max_tokens: int | str | None = None  # "auto": sized to the GPU's memory (autobatch.py); None: with_batch_default
+    max_tokens: int | str | None = None  # "auto": sized to the GPU's memory; None: pipeline.with_batch_default
     max_sentences: int | None = None
     chunk_sentences: int = 500
     num_shards: int | None = None  # default: torchrun's WORLD_SIZE, else 1
@@ -106,13 +106,6 @@ class DistillConfig:
             raise SettingsError(f"--max-tokens auto: the {self.num_shards} shards must share one plan of batches, "
                                 "and each would size its own to its GPU: give --max-tokens a number (a one-shard "
                                 "run's meta.json records what auto chose)")
-
-    def with_batch_default(self, on_gpu: bool, recorded: int | str | None = None) -> DistillConfig:
-        """--max-tokens, where it was left out: ``recorded`` (the output folder's saved plan or finished set, so
-        that a rerun on another device finishes the same batches), else the device's default above."""
-        if self.max_tokens is not None:
-            return self
-        return replace(self, max_tokens=recorded or (GPU_MAX_TOKENS if on_gpu else CPU_MAX_TOKENS))
 
     def conversion_cache(self) -> Path:
         """Where converted teachers are kept: ct2_cache, else beside the output folder (shared by every

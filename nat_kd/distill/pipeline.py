@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ from nat_kd.artifacts import DistilledSet
 from nat_kd.errors import SettingsError
 
 from .agreement import check_against, check_references
-from .autobatch import AUTO, CPU_MAX_TOKENS, AutoBatching, auto_batching
+from .autobatch import AUTO, CPU_MAX_TOKENS, GPU_MAX_TOKENS, AutoBatching, auto_batching
 from .config import DistillConfig
 from .output import write_output
 from .pool import choose_device, decode_pending, parallelism
@@ -144,8 +144,12 @@ def recorded_max_tokens(out_dir: str) -> int | str | None:
 
 
 def with_batch_default(cfg: DistillConfig, on_gpu: bool) -> DistillConfig:
-    """``cfg`` with --max-tokens set, where it was left out: the output folder's own, else the device's."""
-    return cfg.with_batch_default(on_gpu, recorded_max_tokens(cfg.out_dir) if cfg.max_tokens is None else None)
+    """``cfg`` with --max-tokens set, where it was left out: the output folder's own run's (its saved plan or
+    finished set, so that a rerun on another device finishes the same batches), else the device's default."""
+    if cfg.max_tokens is not None:
+        return cfg
+    recorded = recorded_max_tokens(cfg.out_dir)
+    return replace(cfg, max_tokens=recorded or (GPU_MAX_TOKENS if on_gpu else CPU_MAX_TOKENS))
 
 
 def check_auto_device(cfg: DistillConfig, device: str) -> None:
