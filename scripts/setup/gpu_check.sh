@@ -122,7 +122,7 @@ run_generate() {  # the first 10,000 training sentences; each variant against th
   grep -E "identical|sent/s|speed vs" "$out/generate.log" >> "$summary"
 }
 
-run_student() {  # a NAT student's fairseq-train as next_steps prints it: does it exit 0 on the GPU?
+run_student() {  # a NAT student's fairseq-train (next_steps' task, criterion, optimizer): exit 0 on the GPU?
   phase student fairseq-train "$distilled/bin" --user-dir fairseq_plugins --task translation_lev \
     --criterion nat_loss --noise full_mask --pred-length-offset --length-loss-factor 0.1 --arch kd_nat_tiny \
     --label-smoothing 0.1 --optimizer adam --adam-betas '(0.9, 0.98)' --lr 0.001 --lr-scheduler inverse_sqrt \
