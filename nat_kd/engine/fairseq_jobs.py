@@ -35,7 +35,10 @@ ROOT = Path(__file__).resolve().parents[2]
 _MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distilled")
 NO_EPOCH_SAVES = 10 ** 9  # a --save-interval in epochs that no training reaches
 _forkserver = multiprocessing.get_context("forkserver")
-_forkserver.set_forkserver_preload(["nat_kd.engine.job_server", "fairseq_plugins", __name__, *_MODULES])
+# Imported once by the server, not by each job: torch._dynamo (by the first optimizer a job builds, 2 s of
+# every training) and matplotlib (by the distilled set's card, 2 s of every decoding)
+_forkserver.set_forkserver_preload(["nat_kd.engine.job_server", "fairseq_plugins", __name__, *_MODULES,
+                                    "torch._dynamo", "nat_kd.analysis.plotting"])
 
 
 def _end_with_the_driver(driver) -> None:
@@ -61,6 +64,10 @@ def _run_module(module: str, args: list[str], log: str, stdout: str | None, thre
     ``done`` when the module ran to its end, and ends when ``driver`` does (``_end_with_the_driver``)."""
     import torch
 
+    # A child of the forkserver inherits its start method, so a DataLoader worker (fairseq-generate's default
+    # --num-workers 1) would start a second forkserver and import fairseq again: seconds per evaluation. Forked
+    # from the job, as from the command typed in a shell, it starts at once.
+    multiprocessing.set_start_method("fork", force=True)
     _end_with_the_driver(driver)
     os.chdir(ROOT)
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
