@@ -7,12 +7,17 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The suite runs one worker a core (scripts/test.sh), and each worker, with every process it starts, on one torch
+# thread: a second thread beside another busy core slows a micro model several times, never speeds it up. Set
+# before torch is first imported, so that this process takes it too.
+os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 def requires_cuda(test):
@@ -60,14 +65,27 @@ def tiny_en_de(tmp_path_factory):
                    out_dir=tmp_path_factory.mktemp("data") / "en-de")
 
 
+def python_m(module: str, *args, cwd=ROOT) -> str:
+    """``python -m module args`` in ``cwd``, as the study runs its jobs: forked from the job server, which
+    imported fairseq once, so that a command starts in a second, not the several a fresh interpreter spends
+    importing fairseq (tests/test_cli.py starts each entry point in a fresh one). It sees the environment of the
+    server's start, not a test's monkeypatched one. Returns its combined output (stdout and stderr); a failure
+    raises AssertionError with the output's end."""
+    from nat_kd.engine.fairseq_jobs import run_logged
+
+    with tempfile.TemporaryDirectory() as folder:
+        log = Path(folder) / "log"
+        try:
+            run_logged(module, list(args), log, threads=1, cwd=cwd)
+        except RuntimeError as failed:
+            raise AssertionError(f"python -m {module} failed: {failed}"
+                                 f"\n{log.read_text(encoding='utf-8')[-4000:]}") from None
+        return log.read_text(encoding="utf-8").split("\n", 1)[1]
+
+
 def run_fairseq(tool: str, *args, cwd=ROOT) -> str:
-    """Run fairseq_cli.<tool> (train, generate, ...) in a subprocess; returns its combined output."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", f"fairseq_cli.{tool}", *map(str, args)], cwd=cwd, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        raise AssertionError(f"fairseq-{tool} failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
-    return proc.stdout
+    """fairseq_cli.<tool> (train, generate, ...), as ``python_m``: its combined output."""
+    return python_m(f"fairseq_cli.{tool}", *args, cwd=cwd)
 
 
 # Micro dimensions for any kd_* architecture: enough to train and decode in seconds.
@@ -190,16 +208,11 @@ LONG_LINE = 9  # longer than the teacher's 1024 source positions
 
 def train_micro_teacher(tiny_en_de, save: Path, updates: int, seed: int) -> Path:
     """A micro AT teacher of the tiny corpus trained for ``updates`` updates from ``seed``; its checkpoint."""
-    # one thread: on a shared 2-core machine OpenMP's spinning threads cost more than they give
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "fairseq_cli.train", tiny_en_de / "bin", "--user-dir", "fairseq_plugins",
-         "--arch", "kd_transformer_tiny", *MICRO_MODEL, "--optimizer", "adam", "--lr", "5e-3",
-         "--max-tokens", "2048", "--max-update", str(updates), "--criterion", "label_smoothed_cross_entropy",
-         "--required-batch-size-multiple", "1", "--save-dir", save, "--no-epoch-checkpoints",
-         "--save-interval", "1000", "--disable-validation", "--seed", str(seed), "--log-format", "none"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    run_fairseq("train", tiny_en_de / "bin", "--user-dir", "fairseq_plugins", "--arch", "kd_transformer_tiny",
+                *MICRO_MODEL, "--optimizer", "adam", "--lr", "5e-3", "--max-tokens", "2048", "--max-update", updates,
+                "--criterion", "label_smoothed_cross_entropy", "--required-batch-size-multiple", "1",
+                "--save-dir", save, "--no-epoch-checkpoints", "--save-interval", "1000", "--disable-validation",
+                "--seed", seed, "--log-format", "none")
     return save / "checkpoint_last.pt"
 
 

@@ -208,7 +208,7 @@ def test_a_reference_longer_than_its_graph_is_left_out_of_the_loss():
 
 
 def epoch_losses(log: str) -> list[float]:
-    return [float(m.group(1)) for m in re.finditer(r"\| train \| epoch \d+ \| loss ([\d.]+)", log)]
+    return [float(m.group(1)) for m in re.finditer(r"\btrain\b[ |:]+epoch \d+ \| loss ([\d.]+)", log)]
 
 
 @pytest.mark.slow

@@ -2,8 +2,6 @@
 import json
 import re
 import shutil
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -12,7 +10,8 @@ import pytest
 import sacrebleu
 import torch
 
-from conftest import EMPTY_LINE, LONG_LINE, N_LINES, ROOT, cli, config, kill_after_first_chunk_and_resume, lines, output_bytes
+from conftest import (EMPTY_LINE, LONG_LINE, N_LINES, cli, config, kill_after_first_chunk_and_resume, lines,
+                      output_bytes, python_m)
 from nat_kd.distill.progress import ChunkStore, ProgressError, plan_chunks, shard_from_env
 from nat_kd.distill.decoding import DecodingSettings
 from nat_kd.distill import DistillConfig, distill
@@ -382,13 +381,10 @@ def test_ensemble_of_two_different_checkpoints_is_fairseq_generates(teacher, oth
     output, so the comparison can tell an ensemble from either model alone."""
     ensemble_path = f"{teacher}:{other_teacher}"
     out = tmp_path / "ensemble"
-    proc = subprocess.run([sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", ensemble_path,
-                           "--teacher-data", str(tiny_en_de / "bin"), "--data", str(valid_head), "--split", "valid",
-                           "--spm-model", str(tiny_en_de / "spm.model"), "--strategy", "beam", "--beam", "5",
-                           "--max-len-b", str(MAX_LEN_B), "--max-tokens", str(MAX_TOKENS), "--workers", "1",
-                           "--threads", "1", "--no-progress-bar", "--out", str(out)],
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    python_m("nat_kd.generate_distilled", "--teacher-path", ensemble_path, "--teacher-data", tiny_en_de / "bin",
+             "--data", valid_head, "--split", "valid", "--spm-model", tiny_en_de / "spm.model", "--strategy", "beam",
+             "--beam", "5", "--max-len-b", MAX_LEN_B, "--max-tokens", MAX_TOKENS, "--workers", "1", "--threads", "1",
+             "--no-progress-bar", "--out", out)
     meta = json.loads((out / "meta.json").read_text())
     assert len(meta["teacher"]["checkpoints"]) == 2
     ensemble = lines(out / "spm" / "valid.de")

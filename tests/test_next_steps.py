@@ -3,12 +3,10 @@ set and on the real data (nat_kd.next_steps), which must run as printed; any stu
 import json
 import shlex
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, python_m
 
 from nat_kd import next_steps
 
@@ -33,10 +31,8 @@ def test_printed_commands_train_a_student(tiny_en_de, tmp_path, capsys):
         assert argv[argv.index("--arch") + 1] == "kd_nat_tiny"
         assert argv[argv.index("--save-dir") + 1] == str((tmp_path / "students" / save_dir).resolve())
         # as pasted, with a budget of 2 updates (fairseq takes the last --max-update)
-        proc = subprocess.run([sys.executable, "-m", "fairseq_cli.train", *argv[1:], "--max-update", "2",
-                               "--disable-validation"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
-        assert proc.returncode == 0 and "done training" in proc.stdout, proc.stdout[-3000:]
+        out = python_m("fairseq_cli.train", *argv[1:], "--max-update", "2", "--disable-validation", cwd=tmp_path)
+        assert "done training" in out, out[-3000:]
         assert (tmp_path / "students" / save_dir / "checkpoint_last.pt").is_file()
 
 
@@ -76,11 +72,9 @@ def test_from_ranking_trains_chooses_pick_with_its_student_at_its_own_size(tiny_
     # glancing over the first two thirds of the 300 updates, as the recipe anneals over 1,333 of 2,000
     assert flag == {"--task": "kd_translation_lev", "--arch": "kd_glat_tiny", "--max-update": "300",
                     "--glance-anneal-updates": "200", "--save-dir": str((tmp_path / "students" / "glat.beam5").resolve())}
-    proc = subprocess.run([sys.executable, "-m", "fairseq_cli.train", *train[1:], "--max-update", "3",
-                           "--disable-validation"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    assert proc.returncode == 0 and "done training" in proc.stdout, proc.stdout[-3000:]
-    assert "num_updates 3" in proc.stdout or "num_updates=3" in proc.stdout, proc.stdout[-2000:]
+    out = python_m("fairseq_cli.train", *train[1:], "--max-update", "3", "--disable-validation", cwd=tmp_path)
+    assert "done training" in out, out[-3000:]
+    assert "num_updates 3" in out or "num_updates=3" in out, out[-2000:]
 
 
 def test_from_ranking_with_the_real_data_first_trains_on_it_alone(tiny_en_de, tmp_path, capsys):

@@ -3,11 +3,9 @@
 import json
 import re
 import shlex
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, lines, marian_teacher
+from conftest import ROOT, lines, marian_teacher, python_m
 
 MICRO_TEACHER = ("--arch kd_transformer_tiny --encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 "
                  "--decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
@@ -20,8 +18,7 @@ SUBSTITUTIONS = [
     ("--user-dir fairseq_plugins", f"--user-dir {ROOT / 'fairseq_plugins'}"),
     ("--updates 500", "--updates 3"),
 ]
-TOOLS = {"python": [sys.executable], "fairseq-train": [sys.executable, "-m", "fairseq_cli.train"],
-         "fairseq-generate": [sys.executable, "-m", "fairseq_cli.generate"]}
+TOOLS = {"fairseq-train": "fairseq_cli.train", "fairseq-generate": "fairseq_cli.generate"}
 
 
 def quickstart(block: int = 0) -> list[str]:
@@ -34,11 +31,10 @@ def quickstart(block: int = 0) -> list[str]:
 
 
 def run(command: str, cwd) -> str:
+    """A quickstart line (``python -m X ...``, ``fairseq-train ...``, ``fairseq-generate ...``) run in ``cwd``."""
     argv = shlex.split(command)
-    proc = subprocess.run(TOOLS[argv[0]] + argv[1:], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}"
-    return proc.stdout
+    module, args = (argv[2], argv[3:]) if argv[:2] == ["python", "-m"] else (TOOLS[argv[0]], argv[1:])
+    return python_m(module, *args, cwd=cwd)
 
 
 def test_the_quickstart_block_is_found_and_every_substitution_applies():

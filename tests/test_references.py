@@ -3,14 +3,12 @@ the fairseq task a reference at a time), or as their union; and refused where th
 sources."""
 import json
 import shlex
-import subprocess
-import sys
 
 import pytest
 import sacrebleu
 
 import fairseq_plugins  # noqa: F401  (registers kd_translation_lev and the students)
-from conftest import ROOT, VALID_LINES, write_distilled
+from conftest import VALID_LINES, python_m, write_distilled
 from nat_kd.artifacts import DistilledSet
 from nat_kd.corpus import CorpusError
 from nat_kd.distill.references import build, main, reference_file
@@ -144,11 +142,9 @@ def test_next_steps_prints_commands_that_train_a_student_on_every_reference(tiny
     sizes = dict(zip(MICRO_MODEL[::2], MICRO_MODEL[1::2]))
     train = [sizes.get(train[i - 1], word) if i else word for i, word in enumerate(train)]
     for command in (train, generate):
-        done = subprocess.run([sys.executable, "-m", f"fairseq_cli.{command[0].split('-')[1]}", *command[1:]],
-                              cwd=ROOT, capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        done = python_m(f"fairseq_cli.{command[0].split('-')[1]}", *command[1:])
     assert (tmp_path / "students" / "glat_ctc.three" / "checkpoint_best.pt").is_file()
-    assert "S-" in done.stdout and "D-" in done.stdout  # the test split translated
+    assert "S-" in done and "D-" in done  # the test split translated
     assert next_steps.main(["--prepared", str(tiny_en_de), "--distilled", str(tmp_path / "three"), "--out",
                             str(tmp_path / "students"), "--arch", "kd_nat_tiny"]) == 2
     err = capsys.readouterr().err

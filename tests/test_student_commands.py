@@ -2,11 +2,9 @@
 and each pair, with only sizes and paths made tiny, trains a student for a few updates and tests it."""
 import re
 import shlex
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, run_fairseq
+from conftest import ROOT, python_m, run_fairseq
 
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
 from nat_kd import next_steps
@@ -60,13 +58,6 @@ def test_the_page_shows_what_next_steps_prints_for_every_family(tiny_en_de, dist
         assert tuple(printed[1:3]) == blocks[family], family
 
 
-def run(argv: list[str], cwd) -> str:
-    proc = subprocess.run([sys.executable, "-m", *argv], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    return proc.stdout
-
-
 @pytest.mark.parametrize("family", list(STUDENT_FAMILIES))
 @pytest.mark.slow
 def test_each_familys_commands_train_and_test_a_student(family, tiny_en_de, distilled, tmp_path):
@@ -74,9 +65,9 @@ def test_each_familys_commands_train_and_test_a_student(family, tiny_en_de, dist
                        for command in documented()[family])
     for flag, value in MICRO.items():
         train[train.index(flag) + 1] = value
-    assert run(["fairseq_cli.train", *train[1:]], ROOT).count("done training") == 1
+    assert python_m("fairseq_cli.train", *train[1:]).count("done training") == 1
     assert (tmp_path / f"{family}.beam5" / "checkpoint_best.pt").is_file()
-    scored = run(["fairseq_cli.generate", *generate[1:]], ROOT)
+    scored = python_m("fairseq_cli.generate", *generate[1:])
     assert re.search(r"Generate test with beam=1: BLEU = [\d.]+", scored), scored[-2000:]
     translated = sorted(int(n) for n in re.findall(r"^H-(\d+)\t", scored, re.M))
     assert translated == list(range(TRAIN_SENTENCES)), f"{len(translated)} of {TRAIN_SENTENCES} translated"

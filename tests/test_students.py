@@ -373,7 +373,9 @@ def test_fairseqs_own_crf_layer_still_needs_the_override():
         crf(torch.randn(1, 3, 6), torch.tensor([[1, 2, 3]]), torch.ones(1, 3, dtype=torch.bool))
 
 
-LOSS = re.compile(r"train_inner \| .* loss=([\d.]+),")
+# fairseq's progress line, as a fresh fairseq-train ("| train_inner | ...") or a job server's child
+# ("INFO:train_inner:...") logs it
+LOSS = re.compile(r"\btrain_inner\b.* loss=([\d.]+),")
 NEW_FAMILIES = ["glat", "ctc", "glat_ctc", "nacrf"]
 
 

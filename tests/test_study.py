@@ -536,8 +536,11 @@ def test_a_failing_job_raises_with_its_log_and_a_finished_one_writes_its_streams
     out = tmp_path / "help.txt"
     run_logged("nat_kd.generate_distilled", ["--help"], log, threads=1, stdout=out)
     assert "--teacher-path" in out.read_text() and "--teacher-path" not in log.read_text()
-    with pytest.raises(ValueError, match="not preloaded"):
-        run_logged("fairseq_cli.preprocess", [], log, threads=1)
+    # a module the server did not import runs too, in the folder named: its relative paths are that folder's
+    (tmp_path / "text.x").write_text("b a b\n", encoding="utf-8")
+    run_logged("fairseq_cli.preprocess", ["--only-source", "--source-lang", "x", "--trainpref", "text",
+                                          "--destdir", "bin", "--workers", "1"], log, threads=1, cwd=tmp_path)
+    assert (tmp_path / "bin" / "dict.x.txt").read_text(encoding="utf-8").startswith("b 2\na 1\n")
 
 
 def test_only_selects_the_named_steps_and_what_they_need_in_plan_order():

@@ -32,10 +32,11 @@ from fairseq_plugins.models.sizes import ModelSize
 from .training import Training
 
 ROOT = Path(__file__).resolve().parents[2]
-_MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distilled")
+_MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distilled")  # the study's jobs
 NO_EPOCH_SAVES = 10 ** 9  # a --save-interval in epochs that no training reaches
 _forkserver = multiprocessing.get_context("forkserver")
-# Imported once by the server, not by each job: torch._dynamo (by the first optimizer a job builds, 2 s of
+# Imported once by the server, not by each job (a job may run any other module: it imports that itself):
+# torch._dynamo (by the first optimizer a job builds, 2 s of
 # every training) and matplotlib (by the distilled set's card, 2 s of every decoding)
 _forkserver.set_forkserver_preload(["nat_kd.engine.job_server", "fairseq_plugins", __name__, *_MODULES,
                                     "torch._dynamo", "nat_kd.analysis.plotting"])
@@ -59,8 +60,9 @@ def _end_with_the_driver(driver) -> None:
     threading.Thread(target=watch, name="driver-watch", daemon=True).start()
 
 
-def _run_module(module: str, args: list[str], log: str, stdout: str | None, threads: int, done, driver) -> None:
-    """In the forked child: ``python -m module args`` with its streams on the step's files; sends True on
+def _run_module(module: str, args: list[str], log: str, stdout: str | None, threads: int, cwd: str, done,
+                driver) -> None:
+    """In the forked child: ``python -m module args`` in ``cwd`` with its streams on the step's files; sends True on
     ``done`` when the module ran to its end, and ends when ``driver`` does (``_end_with_the_driver``)."""
     import torch
 
@@ -69,7 +71,7 @@ def _run_module(module: str, args: list[str], log: str, stdout: str | None, thre
     # from the job, as from the command typed in a shell, it starts at once.
     multiprocessing.set_start_method("fork", force=True)
     _end_with_the_driver(driver)
-    os.chdir(ROOT)
+    os.chdir(cwd)
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     torch.set_num_threads(threads)
     sys.stdout.flush()
@@ -90,11 +92,10 @@ def _run_module(module: str, args: list[str], log: str, stdout: str | None, thre
     done.send(True)
 
 
-def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | None = None) -> None:
-    """``python -m module args``, appending its output to ``log`` (with the command line first), or only its
-    stderr when ``stdout`` names a file for the rest; raise on failure with the log's last lines."""
-    if module not in _MODULES:
-        raise ValueError(f"{module} is not preloaded by the job server; add it to _MODULES")
+def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | None = None,
+               cwd: Path = ROOT) -> None:
+    """``python -m module args`` in ``cwd``, appending its output to ``log`` (with the command line first), or
+    only its stderr when ``stdout`` names a file for the rest; raise on failure with the log's last lines."""
     args = [str(a) for a in args]
     with open(log, "a", encoding="utf-8") as handle:
         handle.write("$ " + " ".join(["python", "-m", module, *args]) + "\n")
@@ -103,7 +104,8 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
     receive, send = _forkserver.Pipe(duplex=False)
     driver_read, driver_write = _forkserver.Pipe(duplex=False)  # written to by no one: open while we live
     job = _forkserver.Process(target=_run_module,
-                              args=(module, args, str(log), stdout and str(stdout), threads, send, driver_read))
+                              args=(module, args, str(log), stdout and str(stdout), threads, str(cwd), send,
+                                    driver_read))
     job.start()
     send.close()
     driver_read.close()
