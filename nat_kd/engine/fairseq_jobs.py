@@ -36,8 +36,7 @@ _MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distil
 NO_EPOCH_SAVES = 10 ** 9  # a --save-interval in epochs that no training reaches
 _forkserver = multiprocessing.get_context("forkserver")
 # Imported once by the server, not by each job (a job may run any other module: it imports that itself):
-# torch._dynamo (by the first optimizer a job builds, 2 s of
-# every training) and matplotlib (by the distilled set's card, 2 s of every decoding)
+# torch._dynamo (imported by the first optimizer a job builds) and matplotlib (by the distilled set's card)
 _forkserver.set_forkserver_preload(["nat_kd.engine.job_server", "fairseq_plugins", __name__, *_MODULES,
                                     "torch._dynamo", "nat_kd.analysis.plotting"])
 
