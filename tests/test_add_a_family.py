@@ -64,7 +64,7 @@ def project_with_family(tmp_path_factory):
 
 
 def run(copy, *argv, cwd):
-    env = dict(os.environ, PYTHONPATH=str(copy), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(copy))
     proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     return proc.stdout

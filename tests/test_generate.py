@@ -73,12 +73,11 @@ def valid_head(tiny_en_de, tmp_path_factory):
 MAX_TOKENS, MAX_LEN_B = 300, 20
 
 
-def fairseq_generate(data, path: str, beam: int, monkeypatch) -> list[str]:
+def fairseq_generate(data, path: str, beam: int) -> list[str]:
     """fairseq-generate's best hypothesis (sentencepiece pieces) of every sentence of ``data``'s valid split,
     decoded with ``--path`` (A.pt or A.pt:B.pt, an ensemble) and ``--beam``, in sentence order."""
     from conftest import hypotheses, run_fairseq
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # as the generator's --threads 1
     log = run_fairseq("generate", data, "--user-dir", "fairseq_plugins", "--task", "translation", "--gen-subset",
                       "valid", "--path", path, "--beam", beam, "--max-len-a", "0", "--max-len-b", MAX_LEN_B,
                       "--max-tokens", MAX_TOKENS, "--required-batch-size-multiple", "1", "--cpu")
@@ -97,8 +96,7 @@ def distill_head(teachers, tiny_en_de, data, out, **decoding) -> list[str]:
 
 
 @pytest.mark.slow
-def test_greedy_matches_beam_one_and_beam_differs_from_sampling(teacher, tiny_en_de, valid_head, tmp_path,
-                                                                monkeypatch):
+def test_greedy_matches_beam_one_and_beam_differs_from_sampling(teacher, tiny_en_de, valid_head, tmp_path):
     """greedy is beam search with beam 1: the generator's greedy and its beam 1 agree line for line, and both are
     fairseq-generate --beam 1's; beam 5 is fairseq-generate --beam 5's and, on some line, not greedy's; sampling
     is neither."""
@@ -108,8 +106,8 @@ def test_greedy_matches_beam_one_and_beam_differs_from_sampling(teacher, tiny_en
     sampled = distill_head([teacher], tiny_en_de, valid_head, tmp_path / "sampling", strategy="sampling", seed=1)
     assert len(greedy) == N_LINES
     assert greedy == beam_one
-    assert greedy == fairseq_generate(valid_head, teacher, 1, monkeypatch)
-    assert beam_five == fairseq_generate(valid_head, teacher, 5, monkeypatch)
+    assert greedy == fairseq_generate(valid_head, teacher, 1)
+    assert beam_five == fairseq_generate(valid_head, teacher, 5)
     assert beam_five != greedy  # the beam's width changes some line: the comparisons above can tell 1 from 5
     assert sampled != greedy and sampled != beam_five
 
@@ -375,7 +373,7 @@ def test_ensemble_of_two_checkpoints(runs, teacher, tiny_en_de, corpus, tmp_path
 
 @pytest.mark.slow
 def test_ensemble_of_two_different_checkpoints_is_fairseq_generates(teacher, other_teacher, tiny_en_de, valid_head,
-                                                                    tmp_path, monkeypatch):
+                                                                    tmp_path):
     """--teacher-path A.pt:B.pt of two different models (other seed, other number of updates), beam 5: token for
     token what fairseq-generate --path A.pt:B.pt prints, every line; and on some line neither A's nor B's own
     output, so the comparison can tell an ensemble from either model alone."""
@@ -389,7 +387,7 @@ def test_ensemble_of_two_different_checkpoints_is_fairseq_generates(teacher, oth
     assert len(meta["teacher"]["checkpoints"]) == 2
     ensemble = lines(out / "spm" / "valid.de")
     assert len(ensemble) == N_LINES
-    assert ensemble == fairseq_generate(valid_head, ensemble_path, 5, monkeypatch)
+    assert ensemble == fairseq_generate(valid_head, ensemble_path, 5)
     for alone in (teacher, other_teacher):
         single = distill_head([alone], tiny_en_de, valid_head, tmp_path / alone.parent.name, strategy="beam", beam=5)
         assert single != ensemble, alone
