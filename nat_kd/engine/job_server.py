@@ -20,10 +20,20 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 def _build_hydras_tables() -> None:
     commands = ((options.get_training_parser(), ["-", "--task", "translation", "--arch", "transformer"]),
                 (options.get_generation_parser(), ["-", "--task", "translation", "--path", "-"]))
-    with warnings.catch_warnings():  # hydra's deprecation notes, which each job's log still gets
-        warnings.simplefilter("ignore")
-        for parser, args in commands:
-            convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, input_args=args))
+    # hydra's composing also configures logging (the root logger at DEBUG, on stderr) and logs: in a job that is
+    # its own log's business, in the server it would be the driver's terminal. Silent here, logging left as it was.
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():  # hydra's deprecation notes, which each job's log still gets
+            warnings.simplefilter("ignore")
+            for parser, args in commands:
+                convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, input_args=args))
+    finally:
+        logging.disable(logging.NOTSET)
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 _build_hydras_tables()
