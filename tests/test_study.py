@@ -1260,3 +1260,59 @@ def test_a_selective_kd_mix_is_judged_by_a_student_of_the_study(tmp_path):
     for evaluator in ("student.glat.real", "student.nat.skd-20", "teacher.a"):
         with pytest.raises(ConfigError, match=re.escape(f"evaluator = '{evaluator}' is not a student of this study")):
             study_config.load(_write(tmp_path, text.replace('"student.nat.real"', f'"{evaluator}"')))
+
+
+def test_each_kd_method_is_judged_against_the_plain_set_it_was_made_from(tmp_path):
+    """The kd-methods profile's sets, by hand: a Selective KD mix and a DDRS references set each against the same
+    family's student on their plain beam set. A method whose seed-1 output says every reference where plain
+    KD's loses a third is better (p below 0.05, checked against sacrebleu's paired bootstrap run here), one that
+    loses a third is worse, and one whose seeds disagree with its seed-1 gap shows no difference."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    from nat_kd.study.kd_methods import kd_methods_section, plain_sets
+
+    cfg = study_config.load("kd-methods")
+    assert plain_sets(cfg) == {"selective-5": "converged.beam", "selective-50": "converged.beam",
+                               "three-teachers": "converged.beam", "three-teachers-mean": "converged.beam",
+                               "union": "converged.beam"}
+    references = [f"ein hund nummer {i} läuft über die wiese" for i in range(30)]
+    (tmp_path / "data" / "raw").mkdir(parents=True)
+    (tmp_path / "data" / "raw" / "test.de").write_text("".join(r + "\n" for r in references), encoding="utf-8")
+    res = {"prepare": {"dir": str(tmp_path / "data")}}
+    full = references
+    lossy = [r if i % 3 else "nichts" for i, r in enumerate(references)]
+
+    def student(name, bleu, hypotheses=None):
+        res[name] = {"test_bleu": bleu}
+        if hypotheses is not None:
+            path = tmp_path / f"{name}.hyp"
+            path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+            res[name]["test_hypotheses"] = str(path)
+
+    student("student.nat.converged.beam", 20.0, lossy)
+    student("student.nat.converged.beam.seed2", 20.4)
+    student("student.nat.selective-5", 22.0, full)   # better at seed 1, and in the means
+    student("student.nat.selective-5.seed2", 21.6)
+    student("student.nat.selective-50", 23.0, full)  # better at seed 1, worse in the means: no verdict
+    student("student.nat.selective-50.seed2", 16.0)
+    student("student.glat_ctc.converged.beam", 25.0, full)
+    student("student.glat_ctc.three-teachers", 21.0, lossy)  # worse; its seed 2 not trained yet
+    student("student.glat_ctc.union", 24.0)  # no test output on this machine: no p, no verdict
+    student("student.glat_ctc.three-teachers-mean.seed2", 30.0)  # seed 1 missing: no row
+    text = "".join(kd_methods_section(cfg, res))
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): [c.strip() for c in line.strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("| ") and not line.startswith("| student")}
+    assert set(rows) == {("nat", "selective-5"), ("nat", "selective-50"), ("glat_ctc", "three-teachers"),
+                         ("glat_ctc", "union")}
+    test = PairedTest([("plain", lossy), ("method", full)], {"BLEU": BLEU()}, [references], test_type="bs",
+                      n_samples=1000)
+    p = test()[1]["BLEU"][1].p_value
+    assert p < 0.05
+    p = f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"  # the study's p cells: two significant digits below 0.001
+    assert rows[("nat", "selective-5")][2:] == ["converged.beam", "22.00, 21.60", "20.00, 20.40", "+1.60",
+                                                p, "better than plain KD"]
+    assert rows[("nat", "selective-50")][5:] == ["-0.70", p, "no difference shown"]
+    assert rows[("glat_ctc", "three-teachers")][3:] == ["21.00", "25.00", "-4.00", p, "worse than plain KD"]
+    assert rows[("glat_ctc", "union")][6:] == ["-", "no difference shown"]
+    assert kd_methods_section(study_config.load("capacity"), res) == []  # no method's set in that study

@@ -47,6 +47,10 @@ def test_decoding_micro_profile_fills_the_central_table_and_resumes(tmp_path, ca
     assert (f"(Right: against {best}, the best predictor" in correlations) == (best not in drawn_anyway)
     gains = text.split("## Does distillation help each student?", 1)[1].split("##", 1)[0]
     assert all(f"| nat | {label} |" in gains for label in labels)
+    methods = text.split("## Does each KD method beat plain KD?", 1)[1].split("##", 1)[0]
+    for mix in ("beam.mix-repeated", "beam.mix-bleu10"):  # each mix against the beam set it was made from
+        row = next(line for line in methods.splitlines() if line.startswith(f"| nat | {mix} | converged.beam |"))
+        assert f"| {seeds[0]:.2f}, {seeds[1]:.2f} |" in row and "| - |" not in row, row
     speed = text.split("## Speed against quality", 1)[1].split("##", 1)[0]
     systems = ["teacher converged beam", "teacher converged greedy", "nat on converged.beam", "cmlm on converged.beam"]
     for system in systems:

@@ -5,5 +5,5 @@
 config.py reads a profile (profiles/micro.toml, cpu.toml, paper.toml, or your own TOML); plan.py turns it
 into steps, which nat_kd.engine runs (skipping what is done, redoing what changed; as Slurm jobs with
 ``--launcher slurm``); results.py writes the tables and figures (central_table.py, family_table.py, gains.py,
-ladder.py); pilots.py measures how far short pilots agree with full training, for nat_kd.choose.
+kd_methods.py, ladder.py); pilots.py measures how far short pilots agree with full training, for nat_kd.choose.
 """

@@ -26,6 +26,7 @@ from .central_table import central_section
 from .family_table import family_section
 from .ladder import ladder_section
 from .gains import gains_section
+from .kd_methods import kd_methods_section
 
 
 def teachers_table(cfg: StudyConfig, res: dict) -> str:
@@ -429,6 +430,7 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
         *([f"![students vs teacher capacity]({paths['capacity_figure'].name})\n"]
           if "capacity_figure" in paths else []),
         *gains_section(cfg, res),
+        *kd_methods_section(cfg, res),
         *central_section(cfg, res, out, paths),
         *family_section(cfg, res, out, paths),
         *ladder_section(cfg, res, out, paths),

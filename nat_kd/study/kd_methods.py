@@ -1,0 +1,73 @@
+"""Does each KD method beat plain KD? A training set made from a distilled set by a method (a [[mixes]] set,
+made from its ``of``; a [[references]] set, from the first set of its ``of``) against the same family's student
+on that plain distilled set: the test BLEU of every seed, the difference of the seed means, sacrebleu's paired
+bootstrap of the two seed-1 test outputs, and a verdict.
+
+From the step records only, like the rest of the results.
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from nat_kd.artifacts import PreparedCorpus
+from nat_kd.corpus import read_lines
+from nat_kd.engine.steps import student_step
+from nat_kd.markdown import table
+
+from .central_table import BOOTSTRAP_SAMPLES, p_value_cell, paired_bootstrap
+from .config import StudyConfig
+
+SIGNIFICANCE = 0.05
+
+
+def plain_sets(cfg: StudyConfig) -> dict[str, str]:
+    """A method's training set -> the plain distilled set it was made from."""
+    return {**{m.name: m.of for m in cfg.mixes}, **{r.name: r.of[0] for r in cfg.references}}
+
+
+def verdict(first_seed: float, means: float, p: float | None) -> str:
+    """Better or worse only where the seed-1 outputs differ beyond chance (p, of the seed-1 difference
+    ``first_seed``) and the difference of the seeds' means goes the same way."""
+    if p is None or p >= SIGNIFICANCE or first_seed * means <= 0:
+        return "no difference shown"
+    return "better than plain KD" if means > 0 else "worse than plain KD"
+
+
+def _seeds(cfg: StudyConfig, res: dict, family: str, label: str) -> list[float]:
+    """The test BLEU of each seed trained so far, seed 1 first; [] until seed 1 has one."""
+    scores = [res.get(student_step(family, label, seed), {}).get("test_bleu") for seed in (1, *cfg.student_seeds)]
+    return [s for s in scores if s is not None] if scores[0] is not None else []
+
+
+def _outputs(res: dict, family: str, label: str) -> Path | None:
+    path = res.get(student_step(family, label), {}).get("test_hypotheses")
+    return Path(path) if path and Path(path).is_file() else None
+
+
+def kd_methods_section(cfg: StudyConfig, res: dict) -> list[str]:
+    """The table (Markdown parts); [] until some family has a student on a method's set and on its plain set."""
+    references, body = None, []
+    for family in cfg.student_families:
+        for method, plain in plain_sets(cfg).items():
+            ours, theirs = _seeds(cfg, res, family, method), _seeds(cfg, res, family, plain)
+            if not ours or not theirs:
+                continue
+            p = None
+            if _outputs(res, family, method) and _outputs(res, family, plain):
+                if references is None:
+                    references = read_lines(PreparedCorpus(res["prepare"]["dir"]).raw("test", cfg.tgt))
+                p = paired_bootstrap(read_lines(_outputs(res, family, plain)),
+                                     {method: read_lines(_outputs(res, family, method))}, references)[method]
+            difference = statistics.mean(ours) - statistics.mean(theirs)
+            body.append([family, method, plain, ", ".join(f"{x:.2f}" for x in ours),
+                         ", ".join(f"{x:.2f}" for x in theirs), f"{difference:+.2f}",
+                         "-" if p is None else p_value_cell(p), verdict(ours[0] - theirs[0], difference, p)])
+    if not body:
+        return []
+    return ["## Does each KD method beat plain KD? (test BLEU against the same family on the plain set)\n",
+            table(["student", "method's set", "plain KD set", "test BLEU by seed", "plain KD by seed",
+                   "difference of the means", "paired bootstrap p", "verdict"], body),
+            f"p: sacrebleu's paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) of the seed-1 students' test outputs "
+            "('-' where one is not on this machine). A method is better or worse than plain KD where p < "
+            f"{SIGNIFICANCE} and the seeds' means differ the same way; otherwise no difference is shown.\n"]
