@@ -40,25 +40,36 @@ def _seeds(cfg: StudyConfig, res: dict, family: str, label: str) -> list[float]:
     return [s for s in scores if s is not None] if scores[0] is not None else []
 
 
-def _outputs(res: dict, family: str, label: str) -> Path | None:
+def _outputs(res: dict, family: str, label: str) -> list[str] | None:
+    """The seed-1 student's test output, where it is on this machine."""
     path = res.get(student_step(family, label), {}).get("test_hypotheses")
-    return Path(path) if path and Path(path).is_file() else None
+    return read_lines(path) if path and Path(path).is_file() else None
+
+
+def _p_values(cfg: StudyConfig, res: dict, family: str, scored: dict[str, str]) -> dict[str, float]:
+    """Each method's set (of ``scored``: method -> plain set) against its plain set: one paired bootstrap a
+    plain set, of every method made from it whose test output is on this machine."""
+    p_values, references = {}, None
+    for plain in dict.fromkeys(scored.values()):
+        baseline = _outputs(res, family, plain)
+        systems = {m: out for m, p in scored.items() if p == plain and (out := _outputs(res, family, m))}
+        if baseline is None or not systems:
+            continue
+        if references is None:
+            references = read_lines(PreparedCorpus(res["prepare"]["dir"]).raw("test", cfg.tgt))
+        p_values.update(paired_bootstrap(baseline, systems, references))
+    return p_values
 
 
 def kd_methods_section(cfg: StudyConfig, res: dict) -> list[str]:
     """The table (Markdown parts); [] until some family has a student on a method's set and on its plain set."""
-    references, body = None, []
+    body, pairs = [], plain_sets(cfg)
     for family in cfg.student_families:
-        for method, plain in plain_sets(cfg).items():
-            ours, theirs = _seeds(cfg, res, family, method), _seeds(cfg, res, family, plain)
-            if not ours or not theirs:
-                continue
-            p = None
-            if _outputs(res, family, method) and _outputs(res, family, plain):
-                if references is None:
-                    references = read_lines(PreparedCorpus(res["prepare"]["dir"]).raw("test", cfg.tgt))
-                p = paired_bootstrap(read_lines(_outputs(res, family, plain)),
-                                     {method: read_lines(_outputs(res, family, method))}, references)[method]
+        seeds = {label: _seeds(cfg, res, family, label) for label in {*pairs, *pairs.values()}}
+        scored = {m: plain for m, plain in pairs.items() if seeds[m] and seeds[plain]}
+        p_values = _p_values(cfg, res, family, scored)
+        for method, plain in scored.items():
+            ours, theirs, p = seeds[method], seeds[plain], p_values.get(method)
             difference = statistics.mean(ours) - statistics.mean(theirs)
             body.append([family, method, plain, ", ".join(f"{x:.2f}" for x in ours),
                          ", ".join(f"{x:.2f}" for x in theirs), f"{difference:+.2f}",
