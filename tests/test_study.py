@@ -989,8 +989,8 @@ def test_the_family_table_finds_each_family_s_best_set_and_tests_the_others_agai
 def test_the_job_server_keeps_fairseqs_import_noise_off_the_terminal_and_its_info_lines_in_the_log(tiny_en_de,
                                                                                                  tmp_path):
     """A fresh driver's job server imports fairseq, whose text_to_speech task logs "Please install tensorboardX"
-    as it is imported, and composes a hydra config, which logs; the driver's terminal shows nothing of it, and the job's log keeps fairseq-train's INFO
-    lines (its progress, which the study reads)."""
+    as it is imported, and composes a hydra config, which logs; the driver's terminal shows nothing of it, and
+    the job's log keeps fairseq-train's INFO lines (its progress, which the study reads)."""
     import subprocess
     import sys
 
