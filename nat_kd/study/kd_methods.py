@@ -7,8 +7,10 @@ From the step records only, like the rest of the results.
 """
 from __future__ import annotations
 
+import functools
 import statistics
 from pathlib import Path
+from typing import Callable
 
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.corpus import read_lines
@@ -46,28 +48,28 @@ def _outputs(res: dict, family: str, label: str) -> list[str] | None:
     return read_lines(path) if path and Path(path).is_file() else None
 
 
-def _p_values(cfg: StudyConfig, res: dict, family: str, scored: dict[str, str]) -> dict[str, float]:
+def _p_values(res: dict, family: str, scored: dict[str, str], references: Callable[[], list[str]]) -> dict[str, float]:
     """Each method's set (of ``scored``: method -> plain set) against its plain set: one paired bootstrap a
     plain set, of every method made from it whose test output is on this machine."""
-    p_values, references = {}, None
+    p_values = {}
     for plain in dict.fromkeys(scored.values()):
         baseline = _outputs(res, family, plain)
         systems = {m: out for m, p in scored.items() if p == plain and (out := _outputs(res, family, m))}
         if baseline is None or not systems:
             continue
-        if references is None:
-            references = read_lines(PreparedCorpus(res["prepare"]["dir"]).raw("test", cfg.tgt))
-        p_values.update(paired_bootstrap(baseline, systems, references))
+        p_values.update(paired_bootstrap(baseline, systems, references()))
     return p_values
 
 
 def kd_methods_section(cfg: StudyConfig, res: dict) -> list[str]:
     """The table (Markdown parts); [] until some family has a student on a method's set and on its plain set."""
     body, pairs = [], plain_sets(cfg)
+    # read once, and only where some output is on this machine to test against them
+    references = functools.cache(lambda: read_lines(PreparedCorpus(res["prepare"]["dir"]).raw("test", cfg.tgt)))
     for family in cfg.student_families:
         seeds = {label: _seeds(cfg, res, family, label) for label in {*pairs, *pairs.values()}}
         scored = {m: plain for m, plain in pairs.items() if seeds[m] and seeds[plain]}
-        p_values = _p_values(cfg, res, family, scored)
+        p_values = _p_values(res, family, scored, references)
         for method, plain in scored.items():
             ours, theirs, p = seeds[method], seeds[plain], p_values.get(method)
             difference = statistics.mean(ours) - statistics.mean(theirs)
