@@ -270,8 +270,12 @@ def plot_scores(scores: SentenceScores, path) -> None:
             ax.set_title(name + (f"\n({outside} lines off the axis)" if outside else ""), fontsize=9)
         ax.tick_params(labelsize=7)
     axes[0][0].set_ylabel("lines")
-    fig.tight_layout()
-    save_figure(fig, path)
+    # margins in inches, fixed: every panel holds the same kinds of labels, so measuring them (tight_layout, a
+    # tight bounding box) would draw the figure twice more for the same layout, most of a card's time
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(left=0.6 / width, right=1 - 0.1 / width, bottom=0.35 / height, top=1 - 0.42 / height,
+                        wspace=0.3)
+    save_figure(fig, path, tight=False)
 
 
 def write_card(distilled: DistilledSet, card: dict, scores: SentenceScores) -> None:

@@ -18,11 +18,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from nat_kd import atomic  # noqa: E402
 
 
-def save_figure(fig, path: str | os.PathLike) -> None:
-    """savefig to a temp file beside ``path``, then rename: never a half-written image."""
+def save_figure(fig, path: str | os.PathLike, tight: bool = True) -> None:
+    """savefig to a temp file beside ``path``, then rename: never a half-written image. ``tight``: cropped to
+    what is drawn (a legend outside the axes included), which draws the figure once more to measure it."""
     try:
         with atomic.replacing(path) as tmp:
-            fig.savefig(tmp, dpi=150, bbox_inches="tight")
+            fig.savefig(tmp, dpi=150, bbox_inches="tight" if tight else None)
     finally:
         plt.close(fig)
 
