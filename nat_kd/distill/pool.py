@@ -2,7 +2,10 @@
 core on a CPU, or what the backend's policy says; on a GPU one, or ``--workers`` sharing it), and the loop that
 decodes the pending chunks, here or in a pool of worker processes, saving each chunk as it finishes.
 
-Workers are spawned, not forked: each loads its own loaded, and nothing is inherited from a threaded parent.
+Workers start from multiprocessing's forkserver, never forked from this process: each loads its own loaded, and
+nothing is inherited from a parent whose threads may be running. The server is a fresh interpreter, forked
+for each worker, so a pool imports fairseq once, not once a worker; where this process already runs one (the
+study's job server, nat_kd.engine.fairseq_jobs), the workers fork from that, with fairseq already imported.
 """
 from __future__ import annotations
 
@@ -148,8 +151,8 @@ def decode_here(loaded: LoadedRun, jobs: list[Job], threads: int, save: Callable
 
 def decode_in_pool(loaded: LoadedRun, jobs: list[Job], workers: int, threads: int,
                    save: Callable[[int, dict], None]) -> None:
-    """Decode the chunks in ``workers`` spawned processes, each with its own loaded."""
-    context = multiprocessing.get_context("spawn")
+    """Decode the chunks in ``workers`` processes from the forkserver, each with its own loaded."""
+    context = multiprocessing.get_context("forkserver")
     setup = (_worker_init, (loaded.cfg, loaded.backend_type, threads, loaded.device, workers))
     with context.Pool(workers, initializer=quiet_worker, initargs=(pickle.dumps(setup),)) as pool:
         # longest chunks first (chunks are sorted by length), so no worker is left alone at the end
