@@ -3,9 +3,10 @@ core on a CPU, or what the backend's policy says; on a GPU one, or ``--workers``
 decodes the pending chunks, here or in a pool of worker processes, saving each chunk as it finishes.
 
 Workers start from multiprocessing's forkserver, never forked from this process: each loads its own loaded, and
-nothing is inherited from a parent whose threads may be running. The server is a fresh interpreter, forked
-for each worker, so a pool imports fairseq once, not once a worker; where this process already runs one (the
-study's job server, nat_kd.engine.fairseq_jobs), the workers fork from that, with fairseq already imported.
+nothing is inherited from a parent whose threads may be running. The server is a fresh interpreter that each
+worker is forked from; where this process already runs one (the study's job server, nat_kd.engine.fairseq_jobs,
+in a study's driver or the test suite), the workers fork from that with fairseq imported, instead of each
+importing it (seconds a worker).
 """
 from __future__ import annotations
 
