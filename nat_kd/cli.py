@@ -58,9 +58,9 @@ def setup_logging(argv: Sequence[str] | None = None, fmt: str = LOG_FORMAT) -> N
 def quiet_worker(call: bytes) -> None:
     """A worker process's initializer (multiprocessing.Pool's, from the forkserver): its logging silenced up to
     WARNING (the main process has shown the same loading messages once), then ``call``, a pickled (function,
-    arguments), run. The call travels pickled so that its modules are imported only now: fairseq, among them, logs as it
-    is imported ("Please install tensorboardX"), and the arguments of a plain initializer are unpickled, and
-    their modules imported, before it runs."""
+    arguments), run. The call travels pickled so that its modules are imported only now: fairseq, among them,
+    logs as it is imported ("Please install tensorboardX"), and the arguments of a plain initializer are
+    unpickled, and their modules imported, before it runs."""
     logging.disable(logging.WARNING)
     function, args = pickle.loads(call)
     function(*args)

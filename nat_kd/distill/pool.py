@@ -6,7 +6,8 @@ Workers start from multiprocessing's forkserver, never forked from this process:
 nothing is inherited from a parent whose threads may be running. The server is a fresh interpreter that each
 worker is forked from; where this process already runs one (the study's job server, nat_kd.engine.fairseq_jobs,
 in a study's driver or the test suite), the workers fork from that with fairseq imported, instead of each
-importing it (seconds a worker).
+importing it (seconds a worker), and see that server's environment, from its start (every setting a worker
+takes from the toolkit travels in its call).
 """
 from __future__ import annotations
 
