@@ -255,19 +255,27 @@ def histogram_axis(values: np.ndarray) -> tuple[float, float, int]:
 
 
 def plot_scores(scores: SentenceScores, path) -> None:
-    from nat_kd.analysis.plotting import plt, save_figure
+    from nat_kd.analysis.plotting import plt, save_figure  # first: it quiets matplotlib's logger, then imports it
+    from matplotlib.ticker import FuncFormatter
 
     names = [n for n in HISTOGRAMS if n in scores.columns]
     fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.4), squeeze=False)
     for ax, name in zip(axes[0], names):
         values = scores[name][~np.isnan(scores[name])]
         if name == "repeated_ngrams":  # counts: one bar per value, and a log scale for the rare long loops
-            ax.hist(values, bins=np.arange(0, max(values.max(initial=0), 1) + 2) - 0.5, log=True)
-            ax.set_title(name, fontsize=9)
+            counts, edges = np.histogram(values, bins=np.arange(0, max(values.max(initial=0), 1) + 2) - 0.5)
+            ax.set_yscale("log")
+            # plain numbers: the log axis's default labels are mathtext ("10^2"), parsed afresh for each figure
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+            title = name
         else:
             low, high, outside = histogram_axis(values)
-            ax.hist(values, bins=30, range=(low, high) if high > low else None)
-            ax.set_title(name + (f"\n({outside} lines off the axis)" if outside else ""), fontsize=9)
+            counts, edges = np.histogram(values, bins=30, range=(low, high) if high > low else None)
+            title = name + (f"\n({outside} lines off the axis)" if outside else "")
+        # one filled outline per panel: ax.hist's bar per bin is an artist each, to place and draw
+        ax.stairs(counts, edges, fill=True, baseline=0.5 if name == "repeated_ngrams" else 0)
+        # y given: matplotlib would otherwise measure the x axis's labels to keep the title clear of them
+        ax.set_title(title, fontsize=9, y=1.0)
         ax.tick_params(labelsize=7)
     axes[0][0].set_ylabel("lines")
     # margins in inches, fixed: every panel holds the same kinds of labels, so measuring them (tight_layout, a
