@@ -8,6 +8,6 @@ the records it leaves.
     training.py      Training: fairseq-train's budget and optimiser settings
     curve.py         training in chunks with a validation-BLEU learning curve and early stopping
     fairseq_jobs.py  fairseq-train, fairseq-generate and the generator, each a job forked from one server
-    job_server.py    the job server's first import
+    job_server.py    the job server's one import: what every job inherits
     cluster.py       the steps as Slurm jobs through submitit (``--launcher slurm``)
 """

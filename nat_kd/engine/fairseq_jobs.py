@@ -32,13 +32,10 @@ from fairseq_plugins.models.sizes import ModelSize
 from .training import Training
 
 ROOT = Path(__file__).resolve().parents[2]
-_MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distilled")  # the study's jobs
+JOB_MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "nat_kd.generate_distilled")  # the study's jobs
 NO_EPOCH_SAVES = 10 ** 9  # a --save-interval in epochs that no training reaches
 _forkserver = multiprocessing.get_context("forkserver")
-# Imported once by the server, not by each job (a job may run any other module: it imports that itself):
-# torch._dynamo (imported by the first optimizer a job builds) and matplotlib (by the distilled set's card)
-_forkserver.set_forkserver_preload(["nat_kd.engine.job_server", "fairseq_plugins", __name__, *_MODULES,
-                                    "torch._dynamo", "nat_kd.analysis.plotting"])
+_forkserver.set_forkserver_preload(["nat_kd.engine.job_server"])  # it imports what the jobs need, in its order
 
 
 def _end_with_the_driver(driver) -> None:

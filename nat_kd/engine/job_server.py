@@ -1,23 +1,34 @@
-"""The job server's first import (fairseq_jobs' forkserver preload): what every job forked from it inherits.
+"""The job server's one import (fairseq_jobs' forkserver preload): what every job forked from it inherits.
 
 - fairseq.tasks.text_to_speech logs "Please install tensorboardX" at INFO as it is imported, which the server
   would print on the driver's terminal. Only that logger is quietened, before fairseq is imported: the jobs keep
   fairseq's INFO lines (training progress, speed) in their step logs, where the study reads them.
-- fairseq-train and fairseq-generate turn their command line into a hydra config. A process's first such
-  conversion builds the lexer tables of hydra's override grammar (ANTLR caches them in the process), much
-  of a micro model's job. The server converts one command line of each kind, so that every job starts with
-  those tables built.
+- Then what the jobs run (fairseq_jobs.JOB_MODULES), and what they would each import on the way: torch._dynamo
+  (by the first optimizer a job builds) and matplotlib (by a distilled set's card). A job may run any other
+  module: it imports that itself.
+- Last, fairseq-train and fairseq-generate's conversion of a command line into a hydra config, once of each
+  kind. A process's first conversion builds the lexer tables of hydra's override grammar (ANTLR caches them in
+  the process), much of a micro model's job. Each conversion also looks up the module of every frame on its
+  stack (``inspect.stack``), which maps every imported module's file once per process and again for each
+  module imported since: done after all the imports, that map is whole, and no job builds it again.
 """
+import importlib
 import logging
 import warnings
 
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
-from fairseq import options  # noqa: E402 - after the logger's level
+import fairseq_plugins  # noqa: E402,F401 - after the logger's level
+from fairseq import options  # noqa: E402
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # noqa: E402
 
+from nat_kd.engine.fairseq_jobs import JOB_MODULES  # noqa: E402
 
-def _build_hydras_tables() -> None:
+for _module in (*JOB_MODULES, "torch._dynamo", "nat_kd.analysis.plotting"):
+    importlib.import_module(_module)
+
+
+def _convert_once_of_each_kind() -> None:
     commands = ((options.get_training_parser(), ["-", "--task", "translation", "--arch", "transformer"]),
                 (options.get_generation_parser(), ["-", "--task", "translation", "--path", "-"]))
     # hydra's composing also configures logging (the root logger at DEBUG, on stderr) and logs: in a job that is
@@ -36,4 +47,4 @@ def _build_hydras_tables() -> None:
         root.setLevel(level)
 
 
-_build_hydras_tables()
+_convert_once_of_each_kind()
