@@ -258,8 +258,10 @@ def config(teacher, tiny_en_de, corpus, out, **kw):
 
 
 def kill_after_first_chunk_and_resume(command: list[str], out: Path) -> None:
-    """Run the generator ``command``, kill -9 it once a chunk is saved (before the last), then run it again
-    to the end; checks the kill really fell mid-run and nothing half-written was left."""
+    """Run the generator ``command`` (``python -m module ...``) in a fresh interpreter, as a user does, kill -9
+    it once a chunk is saved (before the last), then run it again to the end in another process (``python_m``'s);
+    checks the kill really fell mid-run and nothing half-written was left."""
+    assert command[:2] == [sys.executable, "-m"], command[:2]
     partial = out.with_name(out.name + ".partial")
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
@@ -270,7 +272,7 @@ def kill_after_first_chunk_and_resume(command: list[str], out: Path) -> None:
     saved = len(list(partial.glob("chunk-*.json")))
     n_chunks = len(json.loads((partial / "plan.json").read_text())["chunks"])
     assert 0 < saved < n_chunks and not out.exists()  # really killed mid-run, nothing half-written
-    assert subprocess.run(command, cwd=ROOT).returncode == 0
+    python_m(*command[2:])
     assert not partial.exists()
 
 

@@ -1,4 +1,6 @@
 """The command lines' shared error handling, and the one spelling of teacher options (old one deprecated)."""
+import functools
+
 import pytest
 
 from nat_kd import cli
@@ -72,6 +74,7 @@ COMMANDS = ["nat_kd.generate_distilled", "nat_kd.distill", "nat_kd.analyze", "na
             "nat_kd.teacher_topk", "nat_kd.mix"]
 
 
+@functools.cache  # a fresh interpreter each (fairseq's import is what is probed), once per command line
 def run_probe(module: str, *args: str) -> str:
     import subprocess
     import sys

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EMPTY_LINE, N_LINES, ROOT, kill_after_first_chunk_and_resume, lines, marian_teacher, output_bytes, tiny, train_and_decode, train_sentencepiece
+from conftest import (EMPTY_LINE, N_LINES, ROOT, kill_after_first_chunk_and_resume, lines, marian_teacher, output_bytes,
+                      python_m, tiny, train_and_decode, train_sentencepiece)
 
 from nat_kd.distill import DistillConfig, distill
 from nat_kd.distill.decoding import DecodingSettings
@@ -269,15 +270,16 @@ def test_student_vocabulary_bin_trains_a_nat_student(teachers, tiny_en_de, tmp_p
 @pytest.mark.slow
 def test_killed_run_resumes_to_identical_output(teachers, tiny_en_de, corpus, tmp_path):  # noqa: F811
     """topk by the command line, killed after its first chunk and run again: the same bytes as a whole run."""
-    command = [sys.executable, "-m", "nat_kd.generate_distilled", "--teacher-path", str(teachers["m2m100"]),
-               "--teacher-src-lang", "en", "--teacher-tgt-lang", "de", "--split", "valid",
-               "--source", str(corpus / "src.en"), "--reference", str(corpus / "ref.de"), "--strategy", "topk",
-               "--max-len-b", str(MAX_LEN), "--max-tokens", "600", "--max-sentences", "6", "--chunk-sentences", "6",
-               "--ct2-cache", str(tmp_path / "cache"), "--workers", "1", "--threads", "1", "--no-progress-bar"]
+    args = ["--teacher-path", str(teachers["m2m100"]), "--teacher-src-lang", "en", "--teacher-tgt-lang", "de",
+            "--split", "valid", "--source", str(corpus / "src.en"), "--reference", str(corpus / "ref.de"),
+            "--strategy", "topk", "--max-len-b", str(MAX_LEN), "--max-tokens", "600", "--max-sentences", "6",
+            "--chunk-sentences", "6", "--ct2-cache", str(tmp_path / "cache"), "--workers", "1", "--threads", "1",
+            "--no-progress-bar"]
     whole = tmp_path / "whole"
-    assert subprocess.run(command + ["--out", str(whole)], cwd=ROOT).returncode == 0
+    python_m("nat_kd.generate_distilled", *args, "--out", whole)
     killed = tmp_path / "killed"
-    kill_after_first_chunk_and_resume(command + ["--out", str(killed)], killed)
+    kill_after_first_chunk_and_resume([sys.executable, "-m", "nat_kd.generate_distilled", *args, "--out", str(killed)],
+                                      killed)
     assert output_bytes(killed) == output_bytes(whole)
 
 
