@@ -272,7 +272,8 @@ def plot_scores(scores: SentenceScores, path) -> None:
             low, high, outside = histogram_axis(values)
             counts, edges = np.histogram(values, bins=30, range=(low, high) if high > low else None)
             title = name + (f"\n({outside} lines off the axis)" if outside else "")
-        # one filled outline per panel: ax.hist's bar per bin is an artist each, to place and draw
+        # one filled outline per panel: ax.hist's bar per bin is an artist each, to place and draw; on the log
+        # scale the fill starts below a count of 1, as a log axis has no 0
         ax.stairs(counts, edges, fill=True, baseline=0.5 if name == "repeated_ngrams" else 0)
         # y given: matplotlib would otherwise measure the x axis's labels to keep the title clear of them
         ax.set_title(title, fontsize=9, y=1.0)
