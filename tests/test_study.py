@@ -627,6 +627,101 @@ def test_a_committed_results_json_stands_in_for_a_leaf_step_whose_inputs_have_it
         Runner(tmp_path / "fifth", reuse=(tmp_path / "notes.json",))
 
 
+def _stored_plan(calls, set_value="beam", student_value="2000", rebuilt=str.upper):
+    """A teacher whose checkpoint no store keeps, its distilled set (target.txt kept, bin.txt rebuilt from it by
+    ``rebuilt``) and a student that keeps its hypotheses: the study's three kinds of step, in miniature."""
+    from nat_kd.engine.store import Kept
+
+    def teacher(ctx):
+        calls.append("teacher")
+        (ctx.work / "model.pt").write_text("weights")
+        return {"outputs": [str(ctx.work / "model.pt")], "checkpoint": str(ctx.work / "model.pt")}
+
+    def distil(ctx):
+        calls.append("set")
+        data = ctx.work / "data"
+        data.mkdir()
+        (data / "target.txt").write_text(Path(ctx.results["teacher"]["checkpoint"]).read_text() + " " + set_value)
+        (data / "bin.txt").write_text(rebuilt((data / "target.txt").read_text()))
+        return {"outputs": [str(data / "target.txt")], "dir": str(data)}
+
+    def rebuild(work, results):
+        (work / "data" / "bin.txt").write_text((work / "data" / "target.txt").read_text().upper())
+
+    def student(ctx):
+        calls.append("student")
+        (ctx.work / "test.hyp").write_text("hypotheses of " + (Path(ctx.results["set"]["dir"]) / "bin.txt").read_text())
+        (ctx.work / "model.pt").write_text("student weights")
+        return {"outputs": [str(ctx.work / "model.pt")], "test_hypotheses": str(ctx.work / "test.hyp")}
+
+    return [Step("teacher", "train", {"updates": 10}, teacher),
+            Step("set", "distil", {"value": set_value}, distil, ["teacher"],
+                 keep=lambda work, result: Kept([Path("data/target.txt")], [Path("data/bin.txt")]), rebuild=rebuild),
+            Step("student", "train", {"value": student_value}, student, ["set"],
+                 keep=lambda work, result: Kept([Path(result["test_hypotheses"]).relative_to(work)]))]
+
+
+def test_a_study_restores_from_its_store_without_retraining_and_retrains_only_what_a_step_to_run_reads(tmp_path):
+    """A store holds every finished step's record (the study folder written as DIR) and what it keeps; from an
+    empty folder the set and the student are restored byte for byte (bin.txt rebuilt), the teacher counts as
+    done from its record with no checkpoint; a step that must run and reads the teacher's checkpoint has it
+    trained again first."""
+    calls, store = [], tmp_path / "store"
+    first = Runner(tmp_path / "study", store=store).run(_stored_plan(calls))
+    assert calls == ["teacher", "set", "student"]
+    assert sorted(p.name for p in (store / "kept").iterdir()) == ["set.tar.xz", "student.tar.xz"]
+    stored = json.loads((store / "steps" / "set.json").read_text())
+    assert stored["result"]["dir"] == "DIR/work/set/data" and str(tmp_path) not in (store / "steps" / "set.json").read_text()
+    assert stored["kept"]["files"] == ["data/target.txt"] and list(stored["kept"]["rebuilt"]) == ["data/bin.txt"]
+    assert "kept" not in json.loads((store / "steps" / "teacher.json").read_text())
+    archive = (store / "kept" / "set.tar.xz").read_bytes()
+    Runner(tmp_path / "study", store=store).run(_stored_plan(calls))
+    assert (store / "kept" / "set.tar.xz").read_bytes() == archive  # unchanged outputs, unchanged archive
+
+    shutil.rmtree(tmp_path / "study")  # the folder is lost; the store is committed
+    calls.clear()
+    runner = Runner(tmp_path / "study", store=store)
+    records = runner.run(_stored_plan(calls))
+    assert calls == [] and sorted(runner.skipped) == ["set", "student", "teacher"]
+    assert (tmp_path / "study" / "work" / "set" / "data" / "bin.txt").read_text() == "WEIGHTS BEAM"
+    assert (tmp_path / "study" / "work" / "student" / "test.hyp").read_text() == "hypotheses of WEIGHTS BEAM"
+    assert not (tmp_path / "study" / "work" / "teacher").exists()
+    assert records["teacher"]["restored"]["outputs"] is False and records["set"]["restored"]["outputs"] is True
+    assert {n: r["result"] for n, r in records.items()} == {n: r["result"] for n, r in first.items()}
+    assert set(Runner(tmp_path / "study", store=store).states(_stored_plan(calls)).values()) == {"done"}
+
+    calls.clear()  # another student on the restored set: the teacher's record still stands in
+    Runner(tmp_path / "study", store=store).run(_stored_plan(calls, student_value="3000"))
+    assert calls == ["student"]
+    calls.clear()  # another set reads the teacher's checkpoint: the teacher trains again, first
+    changed = _stored_plan(calls, set_value="sampling")
+    assert Runner(tmp_path / "study", store=store).states(changed) == {"teacher": "to run", "set": "to run",
+                                                                        "student": "to run"}
+    Runner(tmp_path / "study", store=store).run(changed)
+    assert calls == ["teacher", "set", "student"]
+
+
+def test_a_stored_file_that_does_not_match_its_record_is_refused_in_one_line(tmp_path):
+    from nat_kd.engine.store import StoreError
+
+    calls, store = [], tmp_path / "store"
+    Runner(tmp_path / "study", store=store).run(_stored_plan(calls))
+    archive = store / "kept" / "set.tar.xz"
+    good = archive.read_bytes()
+    archive.write_bytes(good[:-8] + bytes(8))
+    shutil.rmtree(tmp_path / "study")
+    with pytest.raises(StoreError, match=rf"^{re.escape(str(archive))}: its sha256 is not the one .*steps/set.json "
+                                         r"records.*restore both from git, or delete both"):
+        Runner(tmp_path / "study", store=store).run(_stored_plan(calls))
+    assert not (tmp_path / "study" / "work" / "set").exists()
+    archive.write_bytes(good)  # the archive is right, but what is rebuilt from it is not the step's own
+    plan = _stored_plan(calls)
+    plan[1].rebuild = lambda work, results: (work / "data" / "bin.txt").write_text("something else")
+    with pytest.raises(StoreError, match=r"data/bin.txt rebuilt from it differs from the step's own"):
+        Runner(tmp_path / "study", store=store).run(plan)
+    assert not (tmp_path / "study" / "work" / "set").exists()
+
+
 def test_a_student_s_settings_hold_only_what_its_training_reads(tmp_path):
     """Vanilla NAT has no glancing schedule and the CTC and DAG losses no label smoothing: changing the profile's
     value for either leaves those students' settings, and so their fingerprints and checkpoints, as they were."""

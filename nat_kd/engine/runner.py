@@ -27,6 +27,8 @@ from nat_kd.errors import NatKdError
 from nat_kd.hashing import sha256_files, sha256_json
 from nat_kd.launch.settings import Resources
 
+from .store import Kept, Store
+
 logger = logging.getLogger("nat_kd.study")
 # Bump when a change to the steps' code makes old results invalid.
 STEP_VERSION = 1
@@ -49,6 +51,11 @@ class Step:
     # bookkeeping (reading a prepared folder's records: no model, no decoding): the driver runs it itself on
     # any launcher, so no cluster job waits in the queue for seconds of work; it needs only steps like it
     in_driver: bool = False
+    # what a store (nat_kd.engine.store) keeps of the finished step, from its work folder and result (None: the
+    # record alone: outputs remade in seconds, as a mix's, or never kept, as a checkpoint); and how the files
+    # Kept.rebuilt are made again in a restored work folder, from the dependencies' results
+    keep: Callable[[Path, dict], Kept] | None = None
+    rebuild: Callable[[Path, dict], None] | None = None
 
 
 def needed(steps: list[Step], names: list[str]) -> list[Step]:
@@ -240,14 +247,16 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
 
 class Runner:
     def __init__(self, root: Path, jobs: int = 1, threads: int = 1, launcher=None, reuse: tuple[Path, ...] = (),
-                 canonical: Callable[[str, dict], dict] | None = None):
+                 canonical: Callable[[str, dict], dict] | None = None, store: Path | None = None):
         """``launcher``: None runs the steps in this process's threads, ``jobs`` at a time; a
         nat_kd.engine.cluster.JobLauncher submits each as a job instead, up to its own limit. ``reuse``: other
         study folders whose finished steps stand in for this study's own when their fingerprints match (the
         same settings on the same inputs): the record is copied, the outputs stay there; or the results.json of
         a study whose folder is gone (a committed results page): its records stand in for the steps that no
         other step needs, where their settings and their inputs' digests match (``ReusedRecords``);
-        ``canonical(kind, settings)``: the settings as the step's work reads them, for that match."""
+        ``canonical(kind, settings)``: the settings as the step's work reads them, for that match. ``store``: a
+        folder kept under version control (nat_kd.engine.store) into which every finished step's record and
+        small outputs go, and from which a step with the same inputs is restored instead of run."""
         self.root, self.jobs, self.threads, self.launcher = Path(root), max(1, jobs), threads, launcher
         self.reuse = [Path(r) for r in reuse if not Path(r).is_file()]
         self.canonical = canonical or (lambda kind, settings: settings)
@@ -259,6 +268,10 @@ class Runner:
                                 "a committed study's results.json")
         # made by the first step that runs: --list and --dry-run leave a mistyped --out uncreated
         self.records_dir, self.work_dir = self.root / "steps", self.root / "work"
+        self.store = Store(store, self.root) if store else None
+        # steps restored from the store without their outputs (a checkpoint) that a step still to run reads:
+        # they run again
+        self._outputs_needed: set[str] = set()
         self.ran: list[str] = []  # steps run this time (the others were up to date)
         self.skipped: list[str] = []
         self._needed: set[str] = set()  # the steps other steps of the plan depend on (set by run and states)
@@ -280,6 +293,8 @@ class Runner:
                 atomic.write_json(path, found)
                 logger.info("reuse %s from %s", name, other)
                 return found
+        if step is not None and self.store is not None and (restored := self._restore(step, fingerprint, records)):
+            return restored
         if step is not None and name not in self._needed:
             key = inputs_key(step.kind, self.canonical(step.kind, step.settings),
                              {d: records[d]["digest"] for d in step.deps})
@@ -295,6 +310,35 @@ class Runner:
                     return found
         return record
 
+    def _restore(self, step: Step, fingerprint: str, records: dict) -> dict | None:
+        """The store's record of ``step`` if it has these inputs, its kept files unpacked and rebuilt into the
+        step's work folder, and copied here; None if the store cannot stand in for the step."""
+        stored = self.store.record(step.name)
+        if stored is None or stored.get("fingerprint") != fingerprint or step.name in self._outputs_needed:
+            return None
+        if stored.get("kept"):
+            self.store.restore(stored, self.work_dir / step.name, {n: r["result"] for n, r in records.items()},
+                               step.rebuild)
+        record = {**stored, "restored": {"from": str(self.store.root)}}
+        outputs = record["result"].get("outputs", [])
+        record["restored"]["outputs"] = all(Path(p).exists() for p in outputs) and (
+            sha256_files(outputs) == record["digest"])
+        atomic.write_json(self.records_dir / f"{step.name}.json", record)
+        logger.info("restore %s from the store %s%s", step.name, self.store.root,
+                    "" if record["restored"]["outputs"] else " (its record: no step to run reads its outputs)")
+        return record
+
+    def _keep(self, step: Step, record: dict) -> None:
+        """The finished step's record and what it keeps, into the store, unless the store has them already."""
+        if self.store is None or any(k in record for k in ("restored", "reused_record", "reused_from")):
+            return
+        stored = self.store.record(step.name)
+        if (stored is not None and (stored["fingerprint"], stored["digest"]) == (record["fingerprint"], record["digest"])
+                and ("kept" in stored) == (step.keep is not None)):
+            return
+        work = self.work_dir / step.name
+        self.store.save(record, work, step.keep(work, record["result"]) if step.keep else None)
+
     def current(self, step: Step, records: dict) -> tuple[str, dict | None]:
         """The step's fingerprint on its dependencies' ``records``, and its record if that is up to date."""
         fingerprint = step_fingerprint(step, records)
@@ -308,6 +352,8 @@ class Runner:
             return False
         if "reused_record" in record:
             return True
+        if record.get("restored", {}).get("outputs") is False:  # a checkpoint, never kept
+            return record["name"] not in self._outputs_needed
         outputs = record["result"].get("outputs", [])
         return all(Path(p).exists() for p in outputs) and sha256_files(outputs) == record["digest"]
 
@@ -344,14 +390,27 @@ class Runner:
                             self.skipped.append(step.name)
                             del pending[step.name]
                             skipped = True
+                            self._keep(step, record)
                 # then start what is ready in plan order, so a resumed run takes up the steps it had
                 # begun (listed earlier) before fresh ones that only became ready sooner
+                reopened = False
                 for step in [s for s in pending.values() if all(d in records for d in s.deps)]:
                     if failure or len(running) >= limit:
                         break
+                    lacking = [d for d in step.deps if records[d].get("restored", {}).get("outputs") is False]
+                    if lacking:  # restored without the outputs this step reads: they are made again first
+                        for name in lacking:
+                            self._outputs_needed.add(name)
+                            self.skipped.remove(name)
+                            pending[name] = by_name[name]
+                            del records[name]
+                        reopened = True
+                        continue
                     logger.info("start %s", step.name)
                     running[pool.submit(start, step, step_fingerprint(step, records), dict(records))] = step
                     del pending[step.name]
+                if not running and reopened:
+                    continue
                 if not running:
                     break
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -364,6 +423,7 @@ class Runner:
                         continue
                     self.ran.append(step.name)
                     logger.info("done %s (%.0f s)", step.name, records[step.name]["wall_seconds"])
+                    self._keep(step, records[step.name])
         if failure:
             raise failure
         if pending:
@@ -388,6 +448,13 @@ class Runner:
             else:
                 begun = ready and begun_with(self.work_dir / step.name, fingerprint, step_recipe(step, records))
                 states[step.name] = "begun" if begun else "to run"
+        reopened = True
+        while reopened:  # a step restored without the outputs that a step to run reads runs again (run)
+            reopened = False
+            for step in steps:
+                for dep in step.deps if states[step.name] != "done" else ():
+                    if states[dep] == "done" and records[dep].get("restored", {}).get("outputs") is False:
+                        states[dep], reopened = "to run", True
         return states
 
     def status(self, steps: list[Step]) -> list[str]:

@@ -17,6 +17,7 @@ from nat_kd.errors import SettingsError
 
 from . import fairseq_jobs as jobs
 from .runner import StepContext
+from .store import Kept
 from .training import ARCH_SHAPE, TRAINING_SPEED_INTERVAL, Training
 
 TEACHER_ARCH = "kd_transformer_tiny"  # sizes come from the config's shapes, on the command line
@@ -166,10 +167,54 @@ def _vocab_size(prepared: PreparedCorpus) -> int:
     return len(Dictionary.load(str(prepared.bin.dictionary(prepared.language_pair()[0]))))
 
 
+def kept_hypotheses(work: Path, result: dict) -> Kept:
+    """What a store keeps of a training: its hypotheses, which the results compare line by line; never the
+    checkpoint."""
+    return Kept([Path(p).relative_to(work) for key, p in sorted(result.items()) if key.endswith("_hypotheses")])
+
+
+SET_FOLDER = "data"  # a set-making step's set, in its work folder
+
+
+def kept_set(work: Path, result: dict) -> Kept:
+    """What a store keeps of a distilled set: its own files (the targets as text and pieces, meta.json, the
+    per-line scores, the card); its source side, which is the prepared corpus's, and bin/ are rebuilt
+    (``rebuild_set``)."""
+    folder = DistilledSet(result["dir"])
+    meta = folder.meta()
+    source = {folder.text(meta["split"], meta["source_lang"]), folder.pieces(meta["split"], meta["source_lang"])}
+    files = [p for p in sorted(folder.root.rglob("*")) if p.is_file()]
+    rebuilt = [p for p in files if p in source or folder.bin.root in p.parents]
+    return Kept([p.relative_to(work) for p in files if p not in rebuilt], [p.relative_to(work) for p in rebuilt])
+
+
+def rebuild_set(work: Path, results: dict, *, prepare: str) -> None:
+    """A restored set's source side, copied from the prepared corpus, and its bin/, binarized from its pieces
+    with the corpus's dictionaries as the generator binarizes them (the store checks both by digest)."""
+    import shutil
+
+    from nat_kd.distill.output import binarize, copy_other_splits
+
+    prepared, folder = PreparedCorpus(results[prepare]["dir"]), DistilledSet(work / SET_FOLDER)
+    meta = folder.meta()
+    split, src, tgt = meta["split"], meta["source_lang"], meta["target_lang"]
+    shutil.copyfile(prepared.raw(split, src), folder.text(split, src))
+    shutil.copyfile(prepared.pieces(split, src), folder.pieces(split, src))
+    left_out = {line - 1 for line in meta["files"].get("binarized_left_out_lines", [])}
+
+    def binarized(lines: list[str]) -> list[str]:
+        return [line for i, line in enumerate(lines) if i not in left_out]
+
+    binarize(folder.bin.root, split, src, tgt, prepared.bin.root, None,
+             binarized(read_lines(folder.pieces(split, tgt))),
+             source_pieces=binarized(read_lines(folder.pieces(split, src))))
+    copy_other_splits(prepared.bin.root, folder.bin.root, split, src, tgt)
+
+
 def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, decoding: dict, max_tokens: int,
                 name: str, tgt: str) -> dict:
     prepared = Path(ctx.results[prepare]["dir"])
-    out = DistilledSet(ctx.work / "data")
+    out = DistilledSet(ctx.work / SET_FOLDER)
     meta = jobs.distil(prepared, Path(ctx.results[teacher]["checkpoint"]), out.root, strategy=strategy,
                        decoding=decoding, max_tokens=max_tokens, log=ctx.log, threads=ctx.threads, fp16=ctx.fp16)
     if ctx.results[teacher].get("valid_bleu") is not None:  # the generator cannot know it; the card names it

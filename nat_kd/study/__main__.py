@@ -39,6 +39,10 @@ def main(argv=None) -> int:
                         "settings on the same inputs count as done here; or a committed study's results.json "
                         "(e.g. docs/results/capacity/results.json): its records count for the steps no other step "
                         "needs (students) whose inputs have the same digests (repeatable)")
+    p.add_argument("--store", metavar="DIR", help="a folder kept under version control (e.g. docs/results/ladder): "
+                   "each finished step's record and small outputs (distilled sets' targets, students' hypotheses; "
+                   "never a checkpoint) are written there as it ends, and a step whose record there has the same "
+                   "inputs is restored from it instead of run (docs/study.md, \"A study kept in git\")")
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
     p.add_argument("--only", metavar="STEP", action="append", default=[],
                    help="run only this step and the steps it needs (repeatable; the names --list prints)")
@@ -78,7 +82,8 @@ def _study(args, argv) -> int:
     if launcher:
         submitit_warnings_once()
     runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, launcher=launcher,
-                    reuse=tuple(map(Path, args.reuse)), canonical=settings_as_read)
+                    reuse=tuple(map(Path, args.reuse)), canonical=settings_as_read,
+                    store=Path(args.store) if args.store else None)
     if args.dry_run:
         planned = needed(steps, args.only) if args.only else steps
         for line in dry_run(planned, runner, cluster, detach=args.detach and args.launcher == "slurm"):

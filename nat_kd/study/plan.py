@@ -9,9 +9,9 @@ from pathlib import Path
 
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.engine.runner import Step
-from nat_kd.engine.steps import (TEACHER_ARCH, analysis_step, distil_step, mix_step, modes_step, prepare_step,
-                                 references_step, speed_step, student_arch, student_step, train_step,
-                                 training_settings, training_speed_step)
+from nat_kd.engine.steps import (TEACHER_ARCH, analysis_step, distil_step, kept_hypotheses, kept_set, mix_step,
+                                 modes_step, prepare_step, rebuild_set, references_step, speed_step, student_arch,
+                                 student_step, train_step, training_settings, training_speed_step)
 
 from .config import ConfigError, StudyConfig
 
@@ -45,11 +45,13 @@ class _Planner:
         # references is its first set's, analysed as that
         self.set_steps += [f"references.{r.name}" for r in cfg.references if r.union]
 
-    def add(self, step_name, kind, fn, deps=(), where: dict | None = None, budget=(), in_driver=False, **settings):
+    def add(self, step_name, kind, fn, deps=(), where: dict | None = None, budget=(), in_driver=False, keep=None,
+            rebuild=None, **settings):
         """``settings`` make the step's fingerprint; ``where`` (folders) only tells it where to read or
-        write, so moving the corpus or the study folder redoes nothing; ``budget``, ``in_driver``: Step's."""
+        write, so moving the corpus or the study folder redoes nothing; ``budget``, ``in_driver``, ``keep``,
+        ``rebuild``: Step's."""
         self.steps.append(Step(step_name, kind, settings, partial(fn, **settings, **(where or {})), list(deps), budget,
-                               in_driver))
+                               in_driver, keep, rebuild))
 
     def prepare(self, step_name, tgt, vocab_size, train_limit, own=None):
         from nat_kd.corpus import data_dir as raw_dir
@@ -78,6 +80,7 @@ class _Planner:
         # more updates later continue the training (its learning rate and glancing schedule do not depend on
         # the budget), its curve's earlier points kept
         self.add(name, "train", train_step, [prepare] + ([data] if data else []), budget=("updates",),
+                 keep=kept_hypotheses,
                  prepare=prepare, data=data, arch=arch, shape=asdict(shape),
                  training=training_settings(training, nat_family), nat_family=nat_family,
                  evaluation=self.evaluation, tgt=tgt or self.cfg.tgt, **({"seed": seed} if seed != 1 else {}))
@@ -89,7 +92,8 @@ class _Planner:
 
     def distil(self, step_name, teacher, strategy, name, prepare="prepare", tgt=None):
         cfg = self.cfg
-        self.add(step_name, "distil", distil_step, [prepare, teacher], prepare=prepare, teacher=teacher,
+        self.add(step_name, "distil", distil_step, [prepare, teacher], keep=kept_set,
+                 rebuild=partial(rebuild_set, prepare=prepare), prepare=prepare, teacher=teacher,
                  strategy=strategy, decoding=cfg.decoding, max_tokens=cfg.distill_max_tokens, name=name,
                  tgt=tgt or cfg.tgt)
 

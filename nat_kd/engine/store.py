@@ -1,0 +1,159 @@
+"""A study's store: each finished step's record and the small outputs that later steps read, kept in a folder
+under version control (a results page, e.g. docs/results/ladder/), so that a study whose folder was lost
+resumes from it without retraining what those outputs came from.
+
+    STORE/steps/NAME.json    the step's record, the study folder written as DIR
+    STORE/kept/NAME.tar.xz   the files of the step's work folder that it keeps (a distilled set's targets, a
+                             student's hypotheses); the record's "kept" holds the archive's digest and the
+                             digest of each file the step's rebuild makes again beside them (a set's bin/)
+
+Checkpoints are never kept: a step restored without its outputs (a teacher) counts as done from its record
+only while no step that is still to run reads them (nat_kd.engine.runner).
+"""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import lzma
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from nat_kd import atomic
+from nat_kd.errors import NatKdError
+from nat_kd.hashing import sha256_file
+
+logger = logging.getLogger("nat_kd.study")
+
+PLACEHOLDER = "DIR"  # the study folder, in a stored record
+MAX_FILE_BYTES = 2 * 1024 * 1024  # an archive larger than this is not kept (a repository is no data store)
+MAX_STORE_BYTES = 30 * 1024 * 1024  # a warning past this, for the whole store
+
+
+class StoreError(NatKdError):
+    """A stored file that cannot be used; the message names it and what to do."""
+
+
+@dataclass
+class Kept:
+    """What a step keeps of its work folder: ``files`` (archived) and ``rebuilt`` (made again from them and from
+    the step's dependencies by the step's rebuild, and checked by digest), each relative to the folder."""
+    files: list[Path]
+    rebuilt: list[Path] = field(default_factory=list)
+
+
+def _to_placeholder(record: dict, study: Path) -> dict:
+    root = json.dumps(str(study))[1:-1]
+    return json.loads(json.dumps(record).replace(f'"{root}/', f'"{PLACEHOLDER}/').replace(f'"{root}"',
+                                                                                        f'"{PLACEHOLDER}"'))
+
+
+def _from_placeholder(record: dict, study: Path) -> dict:
+    root = json.dumps(str(study))[1:-1]
+    return json.loads(json.dumps(record).replace(f'"{PLACEHOLDER}/', f'"{root}/').replace(f'"{PLACEHOLDER}"',
+                                                                                         f'"{root}"'))
+
+
+def _archive(folder: Path, files: list[Path]) -> bytes:
+    """The files as an xz-compressed tar whose bytes depend only on their names and contents (no times, owners
+    or modes), so that an unchanged output leaves the committed archive unchanged."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(str(f) for f in files):
+            info = tarfile.TarInfo(name)
+            data = (folder / name).read_bytes()
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return lzma.compress(buffer.getvalue(), preset=9 | lzma.PRESET_EXTREME)
+
+
+class Store:
+    """A store folder (module docstring), for the study in folder ``study``."""
+
+    def __init__(self, root: str | os.PathLike, study: str | os.PathLike):
+        self.root, self.study = Path(root), Path(study)
+
+    def record_file(self, name: str) -> Path:
+        return self.root / "steps" / f"{name}.json"
+
+    def archive_file(self, name: str) -> Path:
+        return self.root / "kept" / f"{name}.tar.xz"
+
+    def record(self, name: str) -> dict | None:
+        """The stored record of step ``name``, with this study's folder for DIR; None if there is none."""
+        path = self.record_file(name)
+        if not path.is_file():
+            return None
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as err:
+            raise StoreError(f"{path}: not a step record ({err}); restore it from git or delete it") from None
+        return _from_placeholder(stored, self.study)
+
+    def save(self, record: dict, work: Path, kept: Kept | None) -> None:
+        """Store ``record`` and, with ``kept``, its archive of the work folder's files; unchanged files are not
+        rewritten. An archive over MAX_FILE_BYTES is left out, with a warning: the step then counts as done
+        from its record only while no later step reads its outputs."""
+        name = record["name"]
+        stored = {k: v for k, v in record.items() if k not in ("restored", "kept")}
+        if kept is not None:
+            data = _archive(work, kept.files)
+            if len(data) > MAX_FILE_BYTES:
+                logger.warning("%s: %.1f MB compressed, over the %d MB a kept file may have: not kept",
+                               name, len(data) / 2**20, MAX_FILE_BYTES // 2**20)
+                stored["kept"] = None
+            else:
+                import hashlib
+
+                stored["kept"] = {"archive": f"kept/{name}.tar.xz", "sha256": hashlib.sha256(data).hexdigest(),
+                                  "files": sorted(str(f) for f in kept.files),
+                                  "rebuilt": {str(f): sha256_file(work / f) for f in sorted(kept.rebuilt)}}
+                archive = self.archive_file(name)
+                if not archive.is_file() or archive.read_bytes() != data:
+                    archive.parent.mkdir(parents=True, exist_ok=True)
+                    with atomic.replacing(archive) as tmp:
+                        tmp.write_bytes(data)
+        stored = _to_placeholder(stored, self.study)
+        path = self.record_file(name)
+        text = json.dumps(stored, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic.write_text(path, text)
+        total = sum(f.stat().st_size for f in self.root.rglob("*") if f.is_file())
+        if total > MAX_STORE_BYTES:
+            logger.warning("the store %s holds %.1f MB, over the %d MB a study's store should", self.root,
+                           total / 2**20, MAX_STORE_BYTES // 2**20)
+
+    def restore(self, stored: dict, work: Path, results: dict, rebuild: Callable[[Path, dict], None] | None) -> None:
+        """Unpack the stored record's archive into ``work`` (replaced whole), rebuild the rest from the
+        dependencies' ``results`` and check every file against its stored digest; a file that does not match is
+        a StoreError naming it, and ``work`` is left as it was."""
+        import hashlib
+
+        kept = stored["kept"]
+        archive = self.archive_file(stored["name"])
+        if not archive.is_file():
+            raise StoreError(f"{archive}: missing, though {self.record_file(stored['name'])} names it; restore it "
+                             "from git, or delete the record to run the step again")
+        data = archive.read_bytes()
+        if hashlib.sha256(data).hexdigest() != kept["sha256"]:
+            raise StoreError(f"{archive}: its sha256 is not the one {self.record_file(stored['name'])} records, so "
+                             "it is not that step's output; restore both from git, or delete both to run the step "
+                             "again")
+        with atomic.building_directory(work) as tmp:
+            with tarfile.open(fileobj=io.BytesIO(lzma.decompress(data)), mode="r") as tar:
+                names = sorted(m.name for m in tar.getmembers())
+                if names != kept["files"]:
+                    raise StoreError(f"{archive}: holds other files than its record names; restore both from git")
+                tar.extractall(tmp, filter="data")
+            if rebuild is not None:
+                rebuild(tmp, results)
+            for name, digest in kept["rebuilt"].items():
+                if not (tmp / name).is_file() or sha256_file(tmp / name) != digest:
+                    raise StoreError(f"{archive}: {name} rebuilt from it differs from the step's own (its sha256); "
+                                     "the inputs it is rebuilt from changed: delete the archive and its record to "
+                                     "run the step again")
+        logger.info("restored %s from %s", stored["name"], archive)
