@@ -693,12 +693,13 @@ def test_a_study_restores_from_its_store_without_retraining_and_retrains_only_wh
     calls.clear()  # another student on the restored set: the teacher's record still stands in
     Runner(tmp_path / "study", store=store).run(_stored_plan(calls, student_value="3000"))
     assert calls == ["student"]
-    calls.clear()  # another set reads the teacher's checkpoint: the teacher trains again, first
-    changed = _stored_plan(calls, set_value="sampling")
-    assert Runner(tmp_path / "study", store=store).states(changed) == {"teacher": "to run", "set": "to run",
-                                                                        "student": "to run"}
-    Runner(tmp_path / "study", store=store).run(changed)
-    assert calls == ["teacher", "set", "student"]
+    calls.clear()  # another set reads the teacher's checkpoint, and so does a second one: the teacher trains
+    changed = _stored_plan(calls, set_value="sampling")  # again, once, first
+    second = Step("set2", "distil", {}, lambda ctx: calls.append("set2") or {"outputs": []}, ["teacher"])
+    assert Runner(tmp_path / "study", store=store).states(changed + [second]) == {
+        "teacher": "to run", "set": "to run", "student": "to run", "set2": "to run"}
+    Runner(tmp_path / "study", store=store).run(changed + [second])
+    assert calls[0] == "teacher" and sorted(calls[1:]) == ["set", "set2", "student"]
 
 
 def test_a_stored_file_that_does_not_match_its_record_is_refused_in_one_line(tmp_path):

@@ -397,6 +397,8 @@ class Runner:
                 for step in [s for s in pending.values() if all(d in records for d in s.deps)]:
                     if failure or len(running) >= limit:
                         break
+                    if not all(d in records for d in step.deps):  # one of them reopened for a step before it
+                        continue
                     lacking = [d for d in step.deps if records[d].get("restored", {}).get("outputs") is False]
                     if lacking:  # restored without the outputs this step reads: they are made again first
                         for name in lacking:
