@@ -4,8 +4,9 @@
 A table becomes a dataclass by its fields: every key known (a typo would silently keep a default), every value of
 its field's type (an ``int`` field refuses 1.5, a ``float`` field takes 1 as it is, ``bool`` is never a number),
 every number finite (TOML allows ``inf`` and ``nan``), every list's elements of their declared type, and a field's
-``metadata`` range (``least``: the smallest value allowed; ``positive``: more than 0). A value is kept exactly as
-written (1 stays 1 in a float field), since the study's fingerprints hash the settings.
+``metadata`` range (``least``: the smallest value allowed; ``most``: the largest; ``positive``: more than 0), each
+with why where the bound is not plain. A value is kept exactly as written (1 stays 1 in a float field), since the
+study's fingerprints hash the settings.
 """
 from __future__ import annotations
 
@@ -28,13 +29,20 @@ def read_toml(path: str | Path, error: type[NatKdError] = SettingsFileError) -> 
     path = Path(path)
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise error(f"{path}: not a text file (byte {err.start} is not UTF-8): give a TOML settings file") from None
     except (OSError, tomllib.TOMLDecodeError) as err:
         raise error(f"{path}: {err}") from None
 
 
-def least(value: int) -> dict:
-    """A field's metadata: its value may not be below ``value``."""
-    return {"least": value}
+def least(value: float, why: str = "") -> dict:
+    """A field's metadata: its value may not be below ``value`` (``why``: the reason, for the message)."""
+    return {"least": value, "least_why": why}
+
+
+def most(value: float, why: str = "") -> dict:
+    """A field's metadata: its value may not be above ``value`` (``why``: the reason, for the message)."""
+    return {"most": value, "most_why": why}
 
 
 POSITIVE = {"positive": True}  # a field's metadata: its value must be more than 0
@@ -90,9 +98,13 @@ def dataclass_from_table(cls, table: dict, where: str, error: type[NatKdError] =
                 raise error(f"{where}: missing key '{f.name}'")
             continue
         value = check_value(table.pop(f.name), hints[f.name], f"{where}.{f.name}", error)
-        floor = f.metadata.get("least")
+        floor, ceiling = f.metadata.get("least"), f.metadata.get("most")
         if value is not None and floor is not None and value < floor:
-            raise error(f"{where}.{f.name} = {value!r}: must be {floor} or more")
+            why = f.metadata["least_why"]
+            raise error(f"{where}.{f.name} = {value!r}: must be {floor} or more" + (f" ({why})" if why else ""))
+        if value is not None and ceiling is not None and value > ceiling:
+            why = f.metadata["most_why"]
+            raise error(f"{where}.{f.name} = {value!r}: must be {ceiling} or less" + (f" ({why})" if why else ""))
         if value is not None and f.metadata.get("positive") and value <= 0:
             raise error(f"{where}.{f.name} = {value!r}: must be more than 0")
         values[f.name] = value

@@ -980,7 +980,7 @@ def test_a_job_neither_sacct_nor_squeue_knows_counts_as_ended_after_a_bounded_wa
     ("launcher", "poll_seconds", "0", "must be more than 0"),
     ("resources.train", "gpus", "-1", "must be 0 or more"),
     ("resources.train", "cpus", "0", "must be 1 or more"),
-    ("resources.train", "mem_gb", "0", "must be more than 0"),
+    ("resources.train", "mem_gb", "0", "must be 0.001 or more"),
     ("resources.train", "hours", "-5", "must be more than 0"),
     ("resources.train", "save_updates", "-1", "must be 0 or more"),
     ("resources.train", "gpu_type", '"h100:2"', 'a GPU type alone (e.g. "h100"); the count is gpus'),
@@ -1385,6 +1385,15 @@ def test_a_failing_saccts_warning_is_printed_once(tmp_path, monkeypatch):
     ("[resources.train]\nsbatch = {mail_user = inf}\n", "[resources.train].sbatch.mail_user = inf: expected a finite "
                                                        "number"),
     ("[resources.train]\nsbatch = {output = \"x.log\"}\n", "[resources.train].sbatch: output is set by the command"),
+    # numbers a job cannot take although they are finite: an overflowing time limit, a wait past any timer, a
+    # memory that sbatch would write as --mem=0MB (all of a node's memory)
+    ("[resources.train]\nhours = 1e308\n", "[resources.train].hours = 1e+308: must be 8760 or less (a year)"),
+    ("[launcher]\npoll_seconds = 1e300\n", "[launcher].poll_seconds = 1e+300: must be 3600 or less (an hour"),
+    ("[launcher]\nunknown_seconds = 1e300\n", "[launcher].unknown_seconds = 1e+300: must be 86400 or less (a day"),
+    ("[resources.train]\nmem_gb = 0.0005\n", "[resources.train].mem_gb = 0.0005: must be 0.001 or more (less is "
+                                             "--mem=0MB, which Slurm reads as all of a node's memory)"),
+    ("launcher = [1, 2]\n", "launcher = [1, 2]: expected a table [launcher] of partition, account, max_jobs, ..."),
+    ("resources = 5\n", "resources = 5: expected tables [resources.KIND] of gpus, cpus, mem_gb, hours, ..."),
 ])
 def test_values_toml_allows_but_a_job_cannot_take_are_one_line(tmp_path, capsys, text, message):
     """inf, nan, a list of the wrong elements, an sbatch option that a typed key sets: one line naming the file,
@@ -1392,6 +1401,17 @@ def test_values_toml_allows_but_a_job_cannot_take_are_one_line(tmp_path, capsys,
     code, out, err, cluster = _paper_dry_run(tmp_path, capsys, text)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"error: {cluster}: {message}"), err
+
+
+def test_a_binary_cluster_file_is_refused_in_one_line(tmp_path, capsys):
+    from nat_kd.study.__main__ import main
+
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_bytes(b"[launcher]\n\x1f\x8b\x08\x00\xff\xfe")  # a gzip header, not text
+    code = main(["paper", "--launcher", "slurm", "--cluster", str(cluster), "--dry-run", "--out", str(tmp_path / "p")])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err == (f"error: {cluster}: not a text file (byte 12 is not UTF-8): give a "
+                                               "TOML settings file\n")
 
 
 def test_a_kinds_own_partition_in_its_sbatch_table_reaches_its_jobs_alone(tmp_path, capsys):

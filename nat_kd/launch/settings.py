@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from nat_kd.errors import NatKdError
-from nat_kd.settings_file import POSITIVE, check_value, dataclass_from_table, least, read_toml
+from nat_kd.settings_file import POSITIVE, check_value, dataclass_from_table, least, most, read_toml
 
 LAUNCHERS = ("local", "slurm", "submitit-local")
 
@@ -27,8 +27,9 @@ class Resources:
     processes, one per GPU), and how its GPU work runs."""
     gpus: int = field(default=0, metadata=least(0))
     cpus: int = field(default=1, metadata=least(1))
-    mem_gb: float = field(default=8.0, metadata=POSITIVE)
-    hours: float = field(default=1.0, metadata=POSITIVE)  # sbatch --time (the one way to set it)
+    mem_gb: float = field(default=8.0, metadata=least(0.001, "less is --mem=0MB, which Slurm reads as all of a "
+                                                           "node's memory"))
+    hours: float = field(default=1.0, metadata={**POSITIVE, **most(8760, "a year")})  # sbatch --time (the one way)
     gpu_type: str | None = None  # --gpus-per-node=TYPE:N (default: [launcher] gpu_type)
     sbatch: dict = field(default_factory=dict)  # this kind's own sbatch options, over [launcher] sbatch
     fp16: bool = False  # training and decoding in half precision (GPU jobs that take it)
@@ -55,13 +56,15 @@ class LauncherSettings:
     gpu_type: str | None = None  # the GPU type of every job that asks for GPUs: --gpus-per-node=TYPE:N
     sbatch: dict = field(default_factory=dict)  # any other sbatch option of every job, e.g. {mail_type = "FAIL"}
     # how often the driver asks the scheduler about its jobs: one sacct call for all of them (nat_kd.launch.jobs)
-    poll_seconds: float = field(default=30.0, metadata=POSITIVE)
+    poll_seconds: float = field(default=30.0, metadata={**POSITIVE, **most(3600, "an hour: a job's end would be "
+                                                                             "seen that late")})
     # how often a job ended from outside its work (RETRIED_STATES) is resubmitted
     max_retries: int = field(default=2, metadata=least(0))
     # how long a job may go on without an end state the scheduler confirms, before it counts as ended: one that
     # neither sacct nor squeue knows (sacct failing, a job id from another cluster), or one that ended on a signal
     # while sacct still says it runs (nat_kd.launch.jobs)
-    unknown_seconds: float = field(default=300.0, metadata=POSITIVE)
+    unknown_seconds: float = field(default=300.0, metadata={**POSITIVE, **most(86400, "a day: a lost job would "
+                                                                                  "hold its step that long")})
 
 
 # One cluster file serves both commands that submit jobs. What each kind of job asks for unless
@@ -240,6 +243,10 @@ def cluster_config(tables: dict, where: str = "") -> ClusterConfig:
     """``[launcher]`` and ``[resources.*]`` read and checked (``where``: the file, for the messages)."""
     prefix = f"{where}: " if where else ""
     try:
+        for name, expected in (("launcher", "a table [launcher] of partition, account, max_jobs, ..."),
+                               ("resources", "tables [resources.KIND] of gpus, cpus, mem_gb, hours, ...")):
+            if not isinstance(tables.get(name, {}), dict):
+                raise LaunchError(f"{name} = {tables[name]!r}: expected {expected}")
         launcher = _table(LauncherSettings, tables.get("launcher", {}), "[launcher]")
         resources = {}
         for key, table in tables.get("resources", {}).items():
