@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +17,15 @@ import numpy as np
 
 from nat_kd.analysis.align import AlignerOptions
 from nat_kd.analysis.formats import format_alignments, format_table, iter_parallel_tokens, read_alignments, read_table
-from nat_kd.atomic import check_output_file, check_output_folder, write_text, writing
-from nat_kd.cli import add_verbose_argument, run, setup_logging
+from nat_kd.atomic import check_output_file, write_text, writing
+from nat_kd.cli import add_verbose_argument, cleaning_up_on_sigterm, run, setup_logging
 from nat_kd.corpus import CorpusError, data_dir, iter_lines, read_lines, split_file
 from nat_kd.errors import SettingsError
 from nat_kd.analysis.metrics import Complexity, Faithfulness, Modes, Reordering, UnigramModels, align_corpus
 from nat_kd.analysis.metrics.base import ALIGNERS, align_line_pairs, parallel_lines
 from nat_kd.analysis.metrics.faithfulness import DEFAULT_FLOOR
 from nat_kd.analysis.metrics.frequency import DEFAULT_BUCKETS
+from nat_kd.analysis.metrics.reordering import CONVENTION_RULES, SKIPPED
 from nat_kd.analysis.tokenizers import TOKENIZERS, get_tokenizer
 
 
@@ -153,12 +155,16 @@ def cmd_faithfulness(args):
 
 
 def cmd_reordering(args):
-    metric = Reordering()
+    metric = Reordering(args.frs_convention)
     if args.alignments:
         score = metric.corpus_score(read_alignments(args.alignments), {"alignments": args.alignments})
     else:
         aligned = aligned_from_args(args)
         score = metric.corpus_score(aligned.result.alignment_shards(), aligned.settings)
+    if math.isnan(score.score):
+        given = args.alignments or " and ".join(filter(None, (args.input, args.src, args.tgt)))
+        raise CorpusError(f"{given}: FRS is undefined, every one of its {score.skipped} sentences is skipped "
+                          f"({SKIPPED[args.frs_convention]}); check the links")
     print(score.format())
     if args.per_sentence:
         write_text(args.per_sentence, "".join("nan\n" if np.isnan(s) else f"{s:.6f}\n" for s in score.sentences))
@@ -184,6 +190,9 @@ def cmd_modes(args):
     prior = {k: float(v) for k, v in parse_pairs(args.prior, "--prior").items()}
     score = Modes(UnigramModels.from_texts(texts, prior)).corpus_score(
         tokenizer.corpus(read_lines(args.outputs)), tokenizer.settings)
+    if score.unknown == len(score.posteriors):
+        raise CorpusError(f"{args.outputs}: no line has a token that a --lang text holds, so there is no mode mix; "
+                          "give texts in the outputs' languages, tokenised alike (--tok)")
     print(score.format())
     print("argmax share: " + ", ".join(f"{k}={v:.3f}" for k, v in score.argmax_share.items()))
     emit_json(args.json, {"mean_purity": score.mean_purity, "mix": score.mix, "argmax_share": score.argmax_share,
@@ -306,6 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_tokenizer_flags(p)
     add_aligner_flags(p, recommended=True)
     p.add_argument("--per-sentence", help="write each sentence's score here, one a line")
+    p.add_argument("--frs-convention", choices=tuple(CONVENTION_RULES), default="chunks",
+                   help="chunks: 1-(C-1)/(M-1), sentences with < 2 aligned words skipped (default); boundary: "
+                   "google/topdown-btg-preordering's, with sentence-boundary markers, 1-D/(M+1) (docs/analysis.md)")
     p.add_argument("--json")
     p.set_defaults(func=cmd_reordering)
 
@@ -371,7 +383,9 @@ def check_outputs(args) -> None:
         if getattr(args, name):
             check_output_file(getattr(args, name))
     if args.command == "report":
-        check_output_folder(args.out)
+        from nat_kd.analysis.report import check_report_folder
+
+        check_report_folder(args.out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def body():
-        check_outputs(args)
-        return args.func(args)
+        with cleaning_up_on_sigterm():  # every output is written through a temporary: none is left behind
+            check_outputs(args)
+            return args.func(args)
 
     return run(body)
 

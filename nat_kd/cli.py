@@ -97,6 +97,35 @@ def _stopped_line_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised by ``cleaning_up_on_sigterm``: a BaseException, so that no ``except Exception`` stops it."""
+
+
+@contextmanager
+def cleaning_up_on_sigterm():
+    """SIGTERM while the block runs raises ``Terminated``, so that what the block cleans up on the way out runs
+    (the temporary files and folders of nat_kd.atomic, removed), then ends the command as SIGTERM does. Further
+    SIGTERMs are ignored meanwhile: they would cut that clean-up short. Elsewhere than in the main thread
+    nothing changes (see ``_stopped_line_on_sigterm``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        signal.signal(signum, signal.SIG_IGN)
+        raise Terminated(signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    except Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(body: Callable[[], int | None], resumable: bool = False) -> int:
     """Run a command's body; the toolkit's own errors become ``error: ...`` on stderr and exit status 2.
 

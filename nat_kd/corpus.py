@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import os
+import zlib
 from collections.abc import Iterator
 from itertools import zip_longest
 from pathlib import Path
@@ -20,6 +21,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = PROJECT_ROOT.parent / "shared" / "data" / "multi30k"
 DOWNLOAD_DIR = PROJECT_ROOT / "data" / "multi30k"  # where nat_kd.prepare caches a downloaded Multi30k
 LANGUAGES = ("en", "de", "fr", "cs")
+GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip file
 
 
 class CorpusError(NatKdError):
@@ -58,16 +60,25 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
     """The lines of a (possibly gzipped) UTF-8 file one by one, without line ends: memory stays flat.
 
     A line ends with \\n or \\r\\n. A UTF-8 byte order mark at the start of the file is dropped, as Python's
-    utf-8-sig codec drops it: it is not text, and would stick to the first word. A missing file, invalid UTF-8
-    or a carriage return inside a line is a CorpusError naming the file (and line): fairseq-preprocess and
-    sacrebleu read text with universal newlines, so a lone \\r would end a line for them but not here, and every
-    later pair would be misaligned."""
+    utf-8-sig codec drops it: it is not text, and would stick to the first word. A missing file, a directory,
+    gzip content under a name without .gz (or the reverse), a damaged gzip file, invalid UTF-8 or a carriage
+    return inside a line is a CorpusError naming the file (and line): fairseq-preprocess and sacrebleu read
+    text with universal newlines, so a lone \\r would end a line for them but not here, and every later pair
+    would be misaligned."""
     path = Path(path)
+    if path.is_dir():
+        raise CorpusError(f"{path}: is a directory, not a file; give the path of a text file in it")
     if not path.is_file():
         raise CorpusError(f"{path}: no such file; check the path")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        for number, line in enumerate(handle, 1):
+    compressed = path.suffix == ".gz"
+    with open(path, "rb") as raw:
+        head = raw.read(2)
+        if head and (head == GZIP_MAGIC) != compressed:
+            raise CorpusError(f"{path}: this file is gzip-compressed: name it .gz" if not compressed else
+                              f"{path}: this file is not gzip-compressed, though its name ends with .gz: drop the "
+                              ".gz from its name, or compress it")
+    with (gzip.open if compressed else open)(path, "rb") as handle:
+        for number, line in enumerate(_gzip_checked(handle, path) if compressed else handle, 1):
             line = line.removesuffix(b"\n").removesuffix(b"\r")
             if number == 1:
                 line = line.removeprefix(codecs.BOM_UTF8)
@@ -79,6 +90,14 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
             except UnicodeDecodeError as err:
                 raise CorpusError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start}); "
                                   "re-encode the file as UTF-8") from None
+
+
+def _gzip_checked(handle, path: Path) -> Iterator[bytes]:
+    """The lines of a gzip file; a damaged or cut-off one is a CorpusError naming the file."""
+    try:
+        yield from handle
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise CorpusError(f"{path}: damaged gzip file ({err}); copy or compress it again") from None
 
 
 def read_lines(path: str | os.PathLike) -> list[str]:

@@ -143,3 +143,21 @@ def test_matches_the_fast_align_binary(tmp_path, name, shard_links):
                 a = link_score(table, opt, result.final_tension, src, tgt, j, mine.get(j))
                 b = link_score(table, opt, result.final_tension, src, tgt, j, reference.get(j))
                 assert abs(a - b) <= TIE * max(a, b), (k, j, a, b)
+
+
+@pytest.mark.parametrize("name,chunks,boundary,kept", [("dov", 0.7836161, 0.890630, 1199),
+                                                        ("dvr_I3_q02", 0.7439221, 0.804698, 2000)])
+def test_frs_conventions_on_the_binary_links(name, chunks, boundary, kept):
+    """FRS of the binary's links in both conventions. ``boundary`` against google/topdown-btg-preordering's
+    evaluate_preordering.py on the same links (each line's source length from the corpus, the source order as
+    the order file), which printed the mean to 6 decimals and the count of lines it evaluated; ``chunks`` as
+    docs/analysis.md reports it."""
+    from nat_kd.analysis.formats import read_alignments
+    from nat_kd.analysis.metrics.reordering import Reordering
+
+    require_fixtures()
+    links = read_alignments(FIXTURES / f"{name}.links.gz")
+    ours = Reordering().corpus_score(links)
+    google = Reordering("boundary").corpus_score(links)
+    assert ours.score == pytest.approx(chunks, abs=5e-8) and ours.skipped == 0
+    assert google.score == pytest.approx(boundary, abs=5e-7) and 2000 - google.skipped == kept

@@ -363,3 +363,183 @@ def test_an_output_path_that_cannot_be_written_fails_before_the_computation(corp
     out, err = capsys.readouterr()
     assert out == "" and f"{corpus / 'train.en'} is a file, not a folder" in err
     assert list(folder.iterdir()) == []
+
+
+# ---------------------------------------------------------------- tables with probability-0 entries
+
+def test_a_table_entry_of_probability_0_adds_nothing(tmp_path, capsys, recwarn):
+    """ln p = -inf, or a log-probability whose exp underflows (-800), is probability 0: 0 log 0 = 0 in C(d), a pair
+    the distilled row lacks (the floor) in F(d); never NaN."""
+    def table(name, text):
+        (tmp_path / name).write_text(text)
+        return str(tmp_path / name)
+
+    def score(*args):
+        assert main([*args, "--json", str(tmp_path / "out.json")]) == 0
+        return json.loads((tmp_path / "out.json").read_text())["score"]
+
+    assert score("complexity", "--table", table("t", "a\tb\t-inf\na\tc\t-1\n")) == 0.0
+    # a: only c is left, H = 0; d: x underflows, y and z share the row, H = ln 2
+    underflow = table("u", "a\tb\t-inf\na\tc\t-1\nd\tx\t-800\nd\ty\t-0.5\nd\tz\t-0.5\n")
+    assert score("complexity", "--table", underflow) == pytest.approx(math.log(2) / 2)
+    # q(b|a) = 0 is floored like a missing pair: q = (floor, 1) / (1 + floor) against p = (1/2, 1/2)
+    half = math.log(0.5)
+    floor = 1e-9
+    expected = 0.5 * math.log(0.5 * (1 + floor) / floor) + 0.5 * math.log(0.5 * (1 + floor))
+    real = table("real", f"a\tb\t{half}\na\tc\t{half}\n")
+    assert score("faithfulness", "--real-table", real, "--distilled-table", table("kd", "a\tb\t-inf\na\tc\t-1\n")) \
+        == pytest.approx(expected, rel=1e-12)
+    # p(b|a) = 0 on the real side has no term: p(c|a) = 1 = q(c|a)
+    assert score("faithfulness", "--real-table", table("t2", "a\tb\t-800\na\tc\t-1\n"),
+                 "--distilled-table", table("kd2", "a\tc\t-2\n")) == 0.0
+    assert "nan" not in capsys.readouterr().out
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_table_row_or_table_with_nothing_to_measure_is_refused(tmp_path, capsys):
+    (tmp_path / "t").write_text("a\tb\t-1\nd\tx\t-800\nd\ty\t-inf\n")
+    assert run_error(["complexity", "--table", str(tmp_path / "t")], capsys) == (
+        f"error: {tmp_path / 't'}:2: every entry of 'd' has probability 0 (ln p -inf, or below about -745, where a "
+        "double underflows), so its row holds no distribution; give it one entry with a larger ln p, or remove its "
+        "lines\n")
+    (tmp_path / "null").write_text("<eps>\tb\t-1\n")
+    assert run_error(["faithfulness", "--real-table", str(tmp_path / "null"), "--distilled-table",
+                      str(tmp_path / "null")], capsys) == (
+        f"error: {tmp_path / 'null'}: the table has no row but <eps> (NULL), so no source word to measure; pass the "
+        "whole table that fast_align -p wrote\n")
+
+
+def test_frs_conventions_from_the_command_line_and_an_undefined_frs(tmp_path, capsys):
+    (tmp_path / "links").write_text("0-1 1-0 2-2 3-3\n0-0\n")
+    assert main(["reordering", "--alignments", str(tmp_path / "links")]) == 0
+    assert capsys.readouterr().out.startswith("FRS = 0.3333 over 1 sentences (1 with < 2 aligned source words "
+                                              "skipped) | reordering|alignments:")
+    assert main(["reordering", "--alignments", str(tmp_path / "links"), "--frs-convention", "boundary"]) == 0
+    assert capsys.readouterr().out.startswith("FRS = 0.7000 over 2 sentences (0 with nested target spans skipped)")
+    (tmp_path / "short").write_text("0-0\n\n0-1 0-2\n")
+    assert run_error(["reordering", "--alignments", str(tmp_path / "short")], capsys) == (
+        f"error: {tmp_path / 'short'}: FRS is undefined, every one of its 3 sentences is skipped (with < 2 aligned "
+        "source words); check the links\n")
+    (tmp_path / "nested").write_text("0-0 0-2 1-1\n")
+    assert "(with nested target spans); check the links" in run_error(
+        ["reordering", "--alignments", str(tmp_path / "nested"), "--frs-convention", "boundary"], capsys)
+
+
+def test_a_mode_mix_without_known_tokens_is_an_error(tmp_path, capsys):
+    (tmp_path / "out.txt").write_text("xyz\n")
+    (tmp_path / "de").write_text("ein mann\n")
+    (tmp_path / "fr").write_text("un homme\n")
+    assert run_error(["modes", str(tmp_path / "out.txt"), "--lang", f"de={tmp_path / 'de'}", "--lang",
+                      f"fr={tmp_path / 'fr'}"], capsys) == (
+        f"error: {tmp_path / 'out.txt'}: no line has a token that a --lang text holds, so there is no mode mix; give "
+        "texts in the outputs' languages, tokenised alike (--tok)\n")
+
+
+# ---------------------------------------------------------------- what a file is
+
+def test_a_file_that_is_not_what_its_name_says(corpus, capsys):
+    """gzip content without .gz, text named .gz, a cut-off gzip file, a directory: each says so, in one line."""
+    packed = corpus / "packed.de"
+    packed.write_bytes((corpus / "train.de.gz").read_bytes())
+    text = ["--src", str(corpus / "train.en"), "--tgt"]
+    assert run_error(["complexity", *text, str(packed)], capsys) == (
+        f"error: {packed}: this file is gzip-compressed: name it .gz\n")
+    (corpus / "t").write_text("a\tb\t-1\n")
+    (corpus / "t.gz").write_bytes(gzip.compress(b"a\tb\t-1\n"))
+    (corpus / "t.gz").rename(corpus / "table")
+    assert run_error(["complexity", "--table", str(corpus / "table")], capsys) == (
+        f"error: {corpus / 'table'}: this file is gzip-compressed: name it .gz\n")
+    (corpus / "plain.de.gz").write_text("\n".join(DE) + "\n")
+    assert run_error(["complexity", *text, str(corpus / "plain.de.gz")], capsys) == (
+        f"error: {corpus / 'plain.de.gz'}: this file is not gzip-compressed, though its name ends with .gz: drop the "
+        ".gz from its name, or compress it\n")
+    (corpus / "cut.de.gz").write_bytes((corpus / "train.de.gz").read_bytes()[:-12])
+    assert f"error: {corpus / 'cut.de.gz'}: damaged gzip file (" in run_error(
+        ["complexity", *text, str(corpus / "cut.de.gz")], capsys)
+    folder = corpus / "folder.de"
+    folder.mkdir()
+    assert run_error(["complexity", *text, str(folder)], capsys) == (
+        f"error: {folder}: is a directory, not a file; give the path of a text file in it\n")
+    assert run_error(["report", "--real-src", str(corpus / "train.en"), "--real-tgt", str(corpus / "train.de.gz"),
+                      "--set", f"kd={corpus / 'train.en'},{folder}", "--out", str(corpus / "r")], capsys) == (
+        f"error: --set kd: {folder} is a directory, not a file; give the path of a text file\n")
+
+
+# ---------------------------------------------------------------- a report folder is one run's
+
+def report_args(corpus, *sets):
+    return ["report", "--real-src", str(corpus / "train.en"), "--real-tgt", str(corpus / "train.de.gz"),
+            *(f"--set={name}={corpus / 'train.en'},{corpus / 'train.de.gz'}" for name in sets),
+            "--out", str(corpus / "report")]
+
+
+def folder_bytes(folder):
+    return {path.name: path.read_bytes() for path in folder.iterdir()}
+
+
+def hidden(corpus):
+    """Temporary files or folders left anywhere under the corpus folder."""
+    return [path for path in corpus.rglob(".*")]
+
+
+def test_a_report_that_fails_leaves_the_previous_one_whole(corpus, capsys, monkeypatch):
+    import matplotlib.figure
+
+    assert main(report_args(corpus)) == 0
+    before = folder_bytes(corpus / "report")
+    assert sorted(before) == ["complexity_vs_faithfulness.png", "report.json", "report.md"]
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", disk_full)
+    with pytest.raises(OSError, match="No space left on device"):
+        main(report_args(corpus, "copy"))  # fails while it draws the figure, after the texts
+    assert folder_bytes(corpus / "report") == before and hidden(corpus) == []
+    monkeypatch.undo()
+    # the figure's place taken by a folder: the new report replaces the folder whole, that folder with it
+    (corpus / "report" / "complexity_vs_faithfulness.png").unlink()
+    (corpus / "report" / "complexity_vs_faithfulness.png").mkdir()
+    assert main(report_args(corpus, "copy")) == 0
+    assert "| copy |" in (corpus / "report" / "report.md").read_text()
+    assert (corpus / "report" / "complexity_vs_faithfulness.png").is_file() and hidden(corpus) == []
+    capsys.readouterr()
+    # a folder holding something else than a report is refused before any work, and left alone
+    other = corpus / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine\n")
+    assert run_error([*report_args(corpus)[:-1], str(other)], capsys) == (
+        f"error: --out {other} exists and is not an analysis report (no report.md); it would be replaced: choose "
+        "another --out or delete it\n")
+    assert folder_bytes(other) == {"notes.txt": b"mine\n"}
+
+
+def test_a_sigterm_while_the_report_draws_leaves_the_previous_one_whole(corpus):
+    """The second run blocks inside the figure's savefig, its temporary file and folder made and the texts
+    written, until the test has sent SIGTERM: it ends by SIGTERM, the previous report whole, nothing left behind."""
+    import signal
+    import subprocess
+    import sys
+
+    from nat_kd.corpus import PROJECT_ROOT
+
+    assert main(report_args(corpus)) == 0
+    before = folder_bytes(corpus / "report")
+    script = ("import sys, matplotlib.figure\n"
+              "def blocked(self, *args, **kwargs):\n"
+              "    print('drawing', flush=True)\n"
+              "    sys.stdin.read()\n"  # returns only when the test closes the pipe
+              "matplotlib.figure.Figure.savefig = blocked\n"
+              "from nat_kd.analyze import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    child = subprocess.Popen([sys.executable, "-c", script, *report_args(corpus, "copy")], cwd=PROJECT_ROOT,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "drawing\n"
+        assert hidden(corpus)  # the temporary folder and figure exist while it draws
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == -signal.SIGTERM, err
+    assert folder_bytes(corpus / "report") == before and hidden(corpus) == []

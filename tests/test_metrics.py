@@ -74,14 +74,14 @@ def test_kl_is_never_negative():
 
 # ---------------------------------------------------------------- reordering
 
-def frs(*lines):
+def frs(*lines, convention="chunks"):
     sent, src, tgt = [], [], []
     for k, line in enumerate(lines):
         for link in line.split():
             i, j = map(int, link.split("-"))
             sent.append(k), src.append(i), tgt.append(j)
-    return Reordering().corpus_score(Alignments(np.array(sent, dtype=np.int64), np.array(src, dtype=np.int64),
-                                                np.array(tgt, dtype=np.int64), len(lines)))
+    return Reordering(convention).corpus_score(Alignments(np.array(sent, dtype=np.int64), np.array(src, dtype=np.int64),
+                                                          np.array(tgt, dtype=np.int64), len(lines)))
 
 
 @pytest.mark.parametrize("line,expected", [
@@ -103,6 +103,37 @@ def test_corpus_frs_is_the_mean_and_skips_short_sentences():
     assert score.skipped == 2
     assert score.score == pytest.approx(0.5)
     assert np.isnan(score.sentences[2:]).all()
+
+
+@pytest.mark.parametrize("line,expected", [
+    # start marker, words in source order by the rank of their target span, end marker; a neighbour pair is
+    # continuous where the rank stays or rises by one; FRS = continuous pairs / (M + 1)
+    ("0-0 1-1 2-2 3-3", 5 / 5),     # ranks 0 1 2 3, end 4: all five pairs continuous
+    ("0-1 1-0 2-2 3-3", 2 / 5),     # ranks 1 0 2 3: start->1 and 1->0 and 0->2 break
+    ("0-2 1-1 2-0", 0 / 4),         # ranks 2 1 0, end 3: every pair breaks
+    ("0-0 2-1", 3 / 3),             # word 1 unaligned: dropped, ranks 0 1
+    ("0-0 1-0 2-1", 4 / 4),         # a and b share the span {0}: rank 0 twice, a tie is continuous
+    ("0-0 1-1 2-0", 2 / 4),         # ranks 0 1 0, end 2: 1->0 and 0->end break (chunks: 0)
+    ("0-1 0-2 1-0", 0 / 3),         # spans [1,2] and [0,0]: ranks 1 0, end 2
+    ("0-2 1-3 2-0 3-1", 2 / 5),     # ranks 2 3 0 1, end 4: 2->3 and 0->1 continue (chunks: 2/3)
+    ("0-0 0-1 1-0 1-1", 3 / 3),     # both words span [0,1]: one rank
+    ("0-0", 1.0),                   # M < 2 scores 1
+    ("", 1.0),
+])
+def test_boundary_convention_of_hand_aligned_sentences(line, expected):
+    assert frs(line, convention="boundary").sentences[0] == pytest.approx(expected)
+
+
+def test_boundary_convention_skips_nested_spans_and_averages_the_rest():
+    # sentence 0: word 0 spans [0,2], word 1 sits at 1 inside it: no order, skipped; [0,1] and [1,2] overlap
+    # without nesting: ranks 0 1, end 2, FRS 1
+    score = frs("0-0 0-2 1-1", "0-0 0-1 1-1 1-2", "0-1 1-0", convention="boundary")
+    assert np.isnan(score.sentences[0]) and score.skipped == 1
+    assert score.sentences[1:] == pytest.approx([1.0, 0.0])
+    assert score.score == pytest.approx(0.5)
+    assert "1 with nested target spans skipped" in score.format()
+    with pytest.raises(ValueError, match="unknown FRS convention 'talbot'; choose one of chunks, boundary"):
+        Reordering("talbot")
 
 
 # ---------------------------------------------------------------- modes
@@ -138,7 +169,11 @@ def test_scores_carry_comparable_signatures():
     assert "tok:13a" in text and "lc:yes" in text and "aligner:builtin(I5|d|o|v" in text and "log:e" in text
     assert Signature("x", {"tok": "13a"}).comparable(Signature("y", {"tok": "13a"}))
     assert not Signature("x", {"tok": "13a"}).comparable(Signature("x", {"tok": "none"}))
-    assert "frs:drop-unaligned,leftmost-target" in str(r.signature)
+    # FRS's signature names its normalisation, its rules for unaligned words, positions and ties, and what
+    # becomes of a sentence with fewer than two aligned words
+    assert "|frs:1-(C-1)/(M-1),drop-unaligned,leftmost-target,ties-in-source-order,M<2-skipped|" in str(r.signature)
+    assert "|frs:1-D/(M+1),boundary-markers,drop-unaligned,target-span,ties-continuous,nested-spans-skipped," \
+           "M<2-scores-1|" in str(Reordering("boundary").corpus_score(aligned.result.alignments).signature)
 
 
 def test_faithfulness_refuses_corpora_aligned_differently():

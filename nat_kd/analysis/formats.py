@@ -143,9 +143,14 @@ class TranslationTable:
         return TranslationTable(self.rows, self.cols, self.row[keep], self.col[keep], self.prob[keep])
 
     def normalised(self) -> "TranslationTable":
-        """Rows rescaled to sum to one (pruned and variational-Bayes rows do not)."""
-        totals = np.bincount(self.row, self.prob, minlength=len(self.rows))
-        return TranslationTable(self.rows, self.cols, self.row, self.col, self.prob / totals[self.row])
+        """Rows rescaled to sum to one (pruned and variational-Bayes rows do not), without the entries of
+        probability 0 (ln p = -inf, or too small for a double): such an entry is a pair the row does not hold,
+        as fast_align leaves out a pair it never saw, so it adds 0 log 0 = 0 to an entropy and is floored in
+        F(d) like a missing pair. A row left with no entry drops out."""
+        keep = self.prob > 0
+        row, col, prob = self.row[keep], self.col[keep], self.prob[keep]
+        totals = np.bincount(row, prob, minlength=len(self.rows))
+        return TranslationTable(self.rows, self.cols, row, col, prob / totals[row])
 
     def present_rows(self) -> np.ndarray:
         """Ids of rows with at least one entry."""
@@ -185,5 +190,17 @@ def read_table(path: str | os.PathLike) -> TranslationTable:
         logp.append(value)
     if not row:
         raise CorpusError(f"{path}: empty table; run the aligner with -p (conditional probabilities) first")
-    return TranslationTable(list(row_ids), list(col_ids), np.array(row, dtype=np.int64),
-                            np.array(col, dtype=np.int64), np.exp(np.array(logp)))
+    table = TranslationTable(list(row_ids), list(col_ids), np.array(row, dtype=np.int64),
+                             np.array(col, dtype=np.int64), np.exp(np.array(logp)))
+    if set(table.rows) == {NULL_WORD}:
+        raise CorpusError(f"{path}: the table has no row but {NULL_WORD} (NULL), so no source word to measure; "
+                          "pass the whole table that fast_align -p wrote")
+    # a row of probability-0 entries only holds no distribution to renormalise: named by its first line
+    empty = np.bincount(table.row, table.prob > 0, minlength=len(table.rows)) == 0
+    if empty.any():
+        first_line = np.unique(table.row, return_index=True)[1]  # entry k is on line k + 1
+        word = int(np.flatnonzero(empty)[0])
+        raise CorpusError(f"{path}:{first_line[word] + 1}: every entry of {table.rows[word]!r} has probability 0 "
+                          "(ln p -inf, or below about -745, where a double underflows), so its row holds no "
+                          "distribution; give it one entry with a larger ln p, or remove its lines")
+    return table

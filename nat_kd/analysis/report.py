@@ -25,8 +25,10 @@ from nat_kd.analysis.metrics.frequency import DEFAULT_BUCKETS
 from nat_kd.analysis.plotting import plot_complexity_faithfulness, plot_mode_mix
 from nat_kd.analysis.tokenizers import Tokenizer
 from nat_kd.artifacts import DistilledSet
-from nat_kd.atomic import write_text
+from nat_kd.atomic import building_directory, check_replaceable, remove_stale_builds, write_text
 from nat_kd.corpus import CorpusError, iter_lines, split_file
+
+REPORT_MARKER = "report.md"  # in every report folder: what tells one from a folder that holds something else
 
 
 @dataclass
@@ -36,6 +38,11 @@ class DataSet:
     tgt: Path
     strategy: str = ""
     directory: Path | None = None  # a distilled set's folder: the report refreshes its card and scores.tsv
+
+
+def check_report_folder(out_dir: str | Path) -> None:
+    """Refuse an output folder that a report would replace though it holds something else than a report."""
+    check_replaceable(out_dir, REPORT_MARKER, "an analysis report", "--out")
 
 
 def set_from_dir(directory: str | Path, split: str | None, src_lang: str, tgt_lang: str) -> DataSet:
@@ -70,6 +77,8 @@ def set_from_arg(text: str) -> DataSet:
     if not (name and eq and src and comma and tgt):
         raise CorpusError(f"--set {text!r}: expected NAME=SRC_FILE,TGT_FILE")
     for path in (src, tgt):
+        if Path(path).is_dir():
+            raise CorpusError(f"--set {name}: {path} is a directory, not a file; give the path of a text file")
         if not Path(path).is_file():
             raise CorpusError(f"--set {name}: no such file {path}")
     return DataSet(name, Path(src), Path(tgt))
@@ -112,18 +121,22 @@ class Report:
                            "metric_signatures": self.metric_signatures}, indent=2, ensure_ascii=False) + "\n"
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
-        """report.md, report.json, complexity_vs_faithfulness.png (and mode_mix.png), each written atomically."""
+        """report.md, report.json, complexity_vs_faithfulness.png (and mode_mix.png): the folder is one run's,
+        built beside ``out_dir`` and swapped in whole, so that a failure or a signal leaves the previous
+        report as it was. ``out_dir`` must be absent, empty, or a report (``check_report_folder``)."""
         out_dir = Path(out_dir)
-        paths = {"markdown": out_dir / "report.md", "json": out_dir / "report.json",
-                 "figure": out_dir / "complexity_vs_faithfulness.png"}
-        write_text(paths["markdown"], self.to_markdown())
-        write_text(paths["json"], self.to_json())
-        unit = unit_name(self.signature.get("log", "e"))
-        plot_complexity_faithfulness(self.rows, paths["figure"], unit)
+        check_report_folder(out_dir)
+        remove_stale_builds(out_dir)  # left by a run killed while it wrote
+        names = {"markdown": "report.md", "json": "report.json", "figure": "complexity_vs_faithfulness.png"}
         if self.languages:
-            paths["modes_figure"] = out_dir / "mode_mix.png"
-            plot_mode_mix(self.rows, self.languages, paths["modes_figure"])
-        return paths
+            names["modes_figure"] = "mode_mix.png"
+        with building_directory(out_dir) as work:
+            write_text(work / names["markdown"], self.to_markdown())
+            write_text(work / names["json"], self.to_json())
+            plot_complexity_faithfulness(self.rows, work / names["figure"], unit_name(self.signature.get("log", "e")))
+            if self.languages:
+                plot_mode_mix(self.rows, self.languages, work / names["modes_figure"])
+        return {key: out_dir / name for key, name in names.items()}
 
     def refresh_cards(self, real: DataSet, sets: list[DataSet]) -> list[Path]:
         """Each distilled set folder's card (with this report's measures and frequency buckets) and its scores.tsv

@@ -1,13 +1,26 @@
 """Fuzzy reordering score (Talbot et al. 2011), from a source-to-target word alignment.
 
 The source words are put in target order; the sentence then falls into C chunks, maximal runs of source
-words that stay adjacent and in order. With M words, FRS = 1 - (C - 1) / (M - 1): 1 for a monotone
-alignment, 0 when no two neighbours stay together. Conventions (see docs/analysis.md):
+words that stay adjacent and in order. Two conventions (``CONVENTION_RULES``; docs/analysis.md sets them beside
+the public implementations):
+
+``chunks`` (the default): with M words, FRS = 1 - (C - 1) / (M - 1): 1 for a monotone alignment, 0 when no
+two neighbours stay together.
 
 * unaligned source words are left out (they carry no target position), so M counts aligned source words;
 * a source word linked to several target words sits at its leftmost target position;
 * source words sharing that position (many-to-one) keep their source order;
 * sentences with M < 2 have no neighbours to keep: they are skipped, and counted in ``skipped``.
+
+``boundary`` (google/topdown-btg-preordering's ``evaluate_preordering.py``): a start and an end marker are added
+around the source, and FRS = 1 - D / (M + 1), D the discontinuities among the M + 1 neighbour pairs, markers
+included.
+
+* unaligned source words are left out, as above;
+* each source word is ranked by its target span (leftmost, rightmost); a sentence where one word's span holds
+  another's strictly inside it has no such order: it is skipped, and counted in ``skipped``;
+* words with the same span share a rank, and neighbours of one rank count as continuous;
+* sentences with M < 2 score 1.
 
 The corpus score is the mean of the sentence scores.
 """
@@ -21,22 +34,36 @@ import numpy as np
 from nat_kd.analysis.formats import Alignments
 from nat_kd.analysis.metrics.base import (CARD, CENTRAL, CORRELATION, DECODING, RANKING, REPORT, AlignedCorpus, Column,
                                           Measure, MeasuredSet, Signature)
+from nat_kd.errors import SettingsError
 
-# the conventions above, in every signature of an FRS
-CONVENTIONS = "drop-unaligned,leftmost-target"
+# each convention's rules as its signatures state them: normalisation, unaligned words, position, ties, short
+# and skipped sentences
+CONVENTION_RULES = {
+    "chunks": "1-(C-1)/(M-1),drop-unaligned,leftmost-target,ties-in-source-order,M<2-skipped",
+    "boundary": "1-D/(M+1),boundary-markers,drop-unaligned,target-span,ties-continuous,nested-spans-skipped,"
+                "M<2-scores-1",
+}
+# the default convention's, in every signature of the report's FRS
+CONVENTIONS = CONVENTION_RULES["chunks"]
+SKIPPED = {"chunks": "with < 2 aligned source words", "boundary": "with nested target spans"}
+
+
+def _aligned_words(alignments: Alignments) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One entry per aligned source word, in (sentence, source) order: its sentence, source index, leftmost and
+    rightmost target position."""
+    order = np.lexsort((alignments.target, alignments.source, alignments.sentence))
+    sent, src, tgt = alignments.sentence[order], alignments.source[order], alignments.target[order]
+    first = np.concatenate(([True], (sent[1:] != sent[:-1]) | (src[1:] != src[:-1])))
+    last = np.concatenate((first[1:], [True]))
+    return sent[first], src[first], tgt[first], tgt[last]
 
 
 def sentence_scores(alignments: Alignments) -> np.ndarray:
-    """FRS of every sentence; NaN where fewer than two source words are aligned."""
-    sent, src, tgt = alignments.sentence, alignments.source, alignments.target
+    """FRS of every sentence (the ``chunks`` convention); NaN where fewer than two source words are aligned."""
     n = alignments.num_sentences
-    if len(sent) == 0:
+    if len(alignments.sentence) == 0:
         return np.full(n, np.nan)
-    # one entry per aligned source word: its leftmost target position
-    by_word = np.lexsort((tgt, src, sent))
-    sent, src, tgt = sent[by_word], src[by_word], tgt[by_word]
-    first = np.concatenate(([True], (sent[1:] != sent[:-1]) | (src[1:] != src[:-1])))
-    w_sent, w_src, w_tgt = sent[first], src[first], tgt[first]
+    w_sent, w_src, w_tgt, _ = _aligned_words(alignments)
     # rank of each aligned word among its sentence's aligned words, in source order
     w_start = np.searchsorted(w_sent, w_sent, side="left")
     rank = np.arange(len(w_sent)) - w_start
@@ -51,30 +78,70 @@ def sentence_scores(alignments: Alignments) -> np.ndarray:
         return np.where(words >= 2, 1.0 - (chunks - 1) / (words - 1), np.nan)
 
 
+def boundary_sentence_scores(alignments: Alignments) -> np.ndarray:
+    """FRS of every sentence in the ``boundary`` convention; NaN where target spans nest."""
+    n = alignments.num_sentences
+    if len(alignments.sentence) == 0:
+        return np.ones(n)
+    w_sent, _, w_left, w_right = _aligned_words(alignments)
+    words = np.bincount(w_sent, minlength=n)
+    # the words by span; spans nest exactly where, in this order, the rightmost position falls
+    by_span = np.lexsort((w_right, w_left, w_sent))
+    s_sent, s_left, s_right = w_sent[by_span], w_left[by_span], w_right[by_span]
+    same = s_sent[1:] == s_sent[:-1]
+    nested = np.bincount(s_sent[1:][same & (s_right[1:] < s_right[:-1])], minlength=n) > 0
+    # each word's rank: the number of distinct spans before its own in its sentence
+    new_span = np.concatenate(([True], ~same | (s_left[1:] != s_left[:-1]) | (s_right[1:] != s_right[:-1])))
+    classes = np.cumsum(new_span) - 1
+    sorted_rank = classes - classes[np.searchsorted(s_sent, s_sent, side="left")]
+    rank = np.empty_like(sorted_rank)
+    rank[by_span] = sorted_rank
+    # continuous neighbours in source order: the same rank or the next; the start marker precedes rank 0, the
+    # end marker follows the sentence's highest rank
+    step = rank[1:] - rank[:-1]
+    inner = (w_sent[1:] == w_sent[:-1]) & ((step == 0) | (step == 1))
+    starts = np.flatnonzero(np.concatenate(([True], w_sent[1:] != w_sent[:-1])))
+    ends = np.concatenate((starts[1:], [len(w_sent)])) - 1
+    highest = np.maximum.reduceat(rank, starts)
+    continuous = np.bincount(w_sent[1:][inner], minlength=n)
+    continuous[w_sent[starts]] += (rank[starts] == 0).astype(np.int64) + (rank[ends] == highest)
+    scores = np.where(words >= 2, continuous / (words + 1), 1.0)
+    return np.where(nested, np.nan, scores)
+
+
+SENTENCE_SCORES = {"chunks": sentence_scores, "boundary": boundary_sentence_scores}
+
+
 @dataclass
 class ReorderingScore:
     score: float
     sentences: np.ndarray  # per-sentence FRS, NaN for skipped ones
     skipped: int
     signature: Signature
+    convention: str = "chunks"
 
     def format(self) -> str:
         return (f"FRS = {self.score:.4f} over {len(self.sentences) - self.skipped} sentences "
-                f"({self.skipped} with < 2 aligned source words skipped) | {self.signature}")
+                f"({self.skipped} {SKIPPED[self.convention]} skipped) | {self.signature}")
 
 
 class Reordering:
-    """Fuzzy reordering score of a corpus alignment."""
+    """Fuzzy reordering score of a corpus alignment, in one of the ``CONVENTION_RULES``."""
+
+    def __init__(self, convention: str = "chunks"):
+        if convention not in CONVENTION_RULES:
+            raise SettingsError(f"unknown FRS convention {convention!r}; choose one of {', '.join(CONVENTION_RULES)}")
+        self.convention = convention
 
     def corpus_score(self, alignments: Alignments | Iterable[Alignments],
                      settings: dict | None = None) -> ReorderingScore:
         """FRS of a corpus alignment, given whole or as shards in corpus order (``alignment_shards``)."""
         shards = [alignments] if isinstance(alignments, Alignments) else alignments
-        scores = np.concatenate([sentence_scores(shard) for shard in shards])
+        scores = np.concatenate([SENTENCE_SCORES[self.convention](shard) for shard in shards])
         valid = ~np.isnan(scores)
         mean = float(scores[valid].mean()) if valid.any() else float("nan")
-        signature = Signature("reordering", {**(settings or {}), "frs": CONVENTIONS})
-        return ReorderingScore(mean, scores, int((~valid).sum()), signature)
+        signature = Signature("reordering", {**(settings or {}), "frs": CONVENTION_RULES[self.convention]})
+        return ReorderingScore(mean, scores, int((~valid).sum()), signature, self.convention)
 
 
 def line_scores(aligned: AlignedCorpus, scores: np.ndarray | None = None) -> np.ndarray:
