@@ -1,5 +1,6 @@
-"""The DA-Transformer: its DAG loss and best path against brute force over every path, its decoding on a
-hand-made graph, glancing on the best path, and a micro model through fairseq-train and fairseq-generate."""
+"""The DA-Transformer: its DAG loss and best path against brute force over every path (and its loss against a
+log-space forward algorithm on peaked links), its decoding on a hand-made graph, glancing on the best path
+and force-emit, and a micro model through fairseq-train and fairseq-generate."""
 import itertools
 import math
 import re
@@ -9,8 +10,8 @@ import torch
 from conftest import MICRO_MODEL, requires_cuda, run_fairseq
 from conftest import COMMON, TRAIN_SENTENCES, hypotheses
 
-from fairseq_plugins.models.dat import (LOG_ZERO, dag_best_path, dag_decode, dag_log_likelihood, glance_vertices,
-                                        link_log_probs, target_emissions)
+from fairseq_plugins.models.dat import (LOG_ZERO, dag_best_path, dag_decode, dag_log_likelihood, force_emit,
+                                        glance_vertices, link_log_probs, target_emissions)
 from fairseq_plugins.models.nat import STUDENT_FAMILIES
 from fairseq_plugins.models.upsampling import upsampled_inputs
 
@@ -20,15 +21,17 @@ MICRO_DIMS = dict(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, deco
                   decoder_attention_heads=2)
 
 
-def random_graphs(target_lengths, graph_lengths, vocab=6, seed=0):
-    """Random token distributions, links and targets for a padded batch; the targets' padding is PAD."""
+def random_graphs(target_lengths, graph_lengths, vocab=6, seed=0, token_std=1.0, link_std=1.0):
+    """Random token distributions, links and targets for a padded batch; the targets' padding is PAD. The
+    logits of tokens and links have standard deviations ``token_std`` and ``link_std``."""
     generator = torch.Generator().manual_seed(seed)
     batch, length = len(graph_lengths), max(graph_lengths)
     graph_lengths, target_lengths = torch.tensor(graph_lengths), torch.tensor(target_lengths)
-    token_log_probs = torch.randn(batch, length, vocab, generator=generator).log_softmax(-1)
+    token_log_probs = (token_std * torch.randn(batch, length, vocab, generator=generator)).log_softmax(-1)
     vertex_mask = torch.arange(length)[None, :] < graph_lengths[:, None]
-    links = link_log_probs(torch.randn(batch, length, 8, generator=generator),
-                           torch.randn(batch, length, 8, generator=generator), vertex_mask)
+    # query . key / sqrt(8) has variance link_std ** 2 when each has variance link_std
+    links = link_log_probs(link_std ** 0.5 * torch.randn(batch, length, 8, generator=generator),
+                           link_std ** 0.5 * torch.randn(batch, length, 8, generator=generator), vertex_mask)
     target = torch.randint(0, vocab, (batch, int(target_lengths.max())), generator=generator)
     target = target.masked_fill(torch.arange(target.size(1))[None, :] >= target_lengths[:, None], PAD)
     return token_log_probs, links, target, target_lengths, graph_lengths
@@ -57,6 +60,33 @@ def test_dag_loss_is_the_sum_over_every_path(target_lengths, graph_lengths):
         paths = [path_log_prob(token_log_probs[b], links[b], target[b], p) for p in every_path(t, g)]
         assert len(paths) == math.comb(g - 2, t - 2)
         assert float(ours[b]) == pytest.approx(math.log(sum(math.exp(p) for p in paths)), abs=1e-5)
+
+
+def log_space_forward(emissions, links, target_lengths, graph_lengths):
+    """The forward algorithm as a logsumexp over every previous vertex at each step, in float64."""
+    emissions, links = emissions.double(), links.double()
+    score = emissions[:, 0].masked_fill(torch.arange(emissions.size(2)) > 0, float("-inf"))
+    scores = [score]
+    for t in range(1, emissions.size(1)):
+        score = torch.logsumexp(score[:, :, None] + links, 1) + emissions[:, t]
+        scores.append(score)
+    return torch.stack(scores, 1)[torch.arange(emissions.size(0)), target_lengths - 1, graph_lengths - 1]
+
+
+def test_dag_loss_is_exact_with_peaked_links_on_a_long_graph():
+    # links as peaked as a trained model's (many below -400 nats): the best path of 60 tokens through 480
+    # vertices runs far below the graph's favourite cells for many steps; a padded second sentence
+    token_log_probs, links, target, t_len, g_len = random_graphs([60, 50], [480, 420], vocab=50, seed=0,
+                                                                 token_std=3.0, link_std=60.0)
+    emissions = target_emissions(token_log_probs.double(), target).requires_grad_(True)
+    links = links.double().requires_grad_(True)
+    ours = dag_log_likelihood(emissions, links, t_len, g_len)
+    reference = log_space_forward(emissions, links, t_len, g_len)
+    assert torch.allclose(ours, reference, rtol=1e-6, atol=0)
+    ours_grads = torch.autograd.grad(ours.sum(), (emissions, links))
+    reference_grads = torch.autograd.grad(reference.sum(), (emissions, links))
+    for mine, theirs in zip(ours_grads, reference_grads):
+        assert torch.allclose(mine, theirs, rtol=0, atol=1e-6)
 
 
 def test_links_are_distributions_over_later_real_vertices():
@@ -160,7 +190,8 @@ def test_glancing_reveals_the_count_of_mistakes_along_the_best_path():
     predicted[0, [0, 2, 5, 7, 9]] = torch.tensor([10, 0, 0, 0, 14])  # 3 mistakes along the path
     predicted[0, :5] = torch.tensor([10, 11, 12, 13, 14])  # compared by position, no mistake at all
     predicted[1, [0, 3, 5]] = torch.tensor([0, 0, 0])  # 3 mistakes
-    for ratio, counts in [(1.0, [3, 3]), (0.5, [1, 1]), (0.7, [2, 2]), (0.3, [0, 0])]:
+    # the DA-Transformer's number-random: floor(3 x ratio + 0.5)
+    for ratio, counts in [(1.0, [3, 3]), (0.6, [2, 2]), (0.4, [1, 1]), (0.1, [0, 0])]:
         for seed in range(5):
             glanced, revealed_tokens = glance_vertices(vertices, path, target, target_lengths, predicted, ratio,
                                                        torch.Generator().manual_seed(seed))
@@ -171,6 +202,47 @@ def test_glancing_reveals_the_count_of_mistakes_along_the_best_path():
                 for v in revealed[b].nonzero().flatten().tolist():
                     assert v in on_path and glanced[b, v] == on_path[v]
             assert glanced.eq(PAD).equal(vertices.eq(PAD))
+
+
+def test_glancing_at_the_final_ratio_reveals_one_of_five_mistakes():
+    # at the recipe's final ratio 0.1, 5 mistakes reveal int(5 x 0.1 + 0.5) = 1 token (rounding down: none)
+    target = torch.tensor([[10, 11, 12, 13, 14, 15, 16]])
+    path = torch.tensor([[0, 1, 2, 4, 6, 7, 9]])
+    predicted = torch.full((1, 10), 30)
+    predicted[0, [0, 9]] = torch.tensor([10, 16])  # right at the ends, wrong at the 5 vertices between
+    glanced, revealed = glance_vertices(torch.full((1, 10), UNK), path, target, torch.tensor([7]), predicted, 0.1,
+                                        torch.Generator().manual_seed(0))
+    assert revealed.sum().item() == 1 and glanced.ne(UNK).sum().item() == 1
+
+
+def brute_force_forced_log_likelihood(token_log_probs, links, target, length, graph_length, pinned):
+    """log of the sum over every path whose t-th vertex is pinned[t] (where given) of its links and of the
+    probabilities of the tokens not pinned."""
+    total = 0.0
+    for path in every_path(length, graph_length):
+        if all(path[t] == v for t, v in pinned.items()):
+            tokens = sum(float(token_log_probs[v, target[t]]) for t, v in enumerate(path) if t not in pinned)
+            total += math.exp(tokens + sum(float(links[i, j]) for i, j in zip(path, path[1:])))
+    return math.log(total)
+
+
+def test_force_emit_loss_sums_over_the_paths_through_the_glanced_vertices():
+    from fairseq_plugins.counting import build_model
+
+    model = build_model("kd_dat_tiny", 20, **MICRO_DIMS)  # only its _nll: the per-token loss of a graph
+    # 5 tokens on 8 vertices, the 3rd glanced at vertex 3; 4 tokens on 6 vertices, the 2nd and 3rd at 2 and 4
+    token_log_probs, links, target, t_len, g_len = random_graphs([5, 4], [8, 6], seed=3)
+    on_target = torch.arange(target.size(1))[None, :] < t_len[:, None]
+    target = target.masked_fill(on_target & target.eq(PAD), 0)  # the model finds the length by PAD
+    path = torch.tensor([[0, 1, 3, 5, 7], [0, 2, 4, 5, 0]])
+    revealed = torch.tensor([[False, False, True, False, False], [False, True, True, False, False]])
+    per_token = model._nll((token_log_probs, links), target, g_len, (path, revealed))
+    for b, (t, g) in enumerate(zip(t_len.tolist(), g_len.tolist())):
+        pinned = {i: int(path[b, i]) for i in range(t) if revealed[b, i]}
+        expected = -brute_force_forced_log_likelihood(token_log_probs[b], links[b], target[b], t, g, pinned) / t
+        assert float(per_token[b]) == pytest.approx(expected, rel=1e-5)
+    # the pins matter: without them, the loss of the whole reference over every path
+    assert not torch.allclose(per_token, model._nll((token_log_probs, links), target, g_len), rtol=1e-3)
 
 
 def test_dat_adds_exactly_its_link_projections():

@@ -1,4 +1,5 @@
-"""The glancing helper: the annealed ratio, GLAT's rounding, and the random reveal of exact counts."""
+"""The glancing helper: the annealed ratio, GLAT's and the DA-Transformer's roundings, and the random reveal of
+exact counts."""
 import collections
 import itertools
 
@@ -22,6 +23,13 @@ def test_count_rounds_down_like_glat():
     assert glance_count(hamming, 0.5).tolist() == [0, 0, 1, 3, 5]
     assert glance_count(hamming, 0.3).tolist() == [0, 0, 0, 2, 3]
     assert glance_count(hamming, 0.3).dtype == torch.long
+
+
+def test_count_rounds_half_up_like_the_da_transformer():
+    # number-random: int(h x r + 0.5); at the final ratio 0.1: 0.4, 0.5, 0.6, 1.4, 1.6 -> +0.5, floored
+    hamming = torch.tensor([0, 4, 5, 6, 14, 16])
+    assert glance_count(hamming, 0.1, round_half_up=True).tolist() == [0, 0, 1, 1, 1, 2]
+    assert glance_count(hamming, 0.1).tolist() == [0, 0, 0, 0, 1, 1]
 
 
 def test_mask_reveals_exact_counts_among_candidates_only():
@@ -57,3 +65,20 @@ def test_mask_picks_every_subset_about_equally_often():
 def test_mask_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="num_glance"):
         glancing_mask(torch.ones(2, 3, dtype=torch.bool), torch.ones(3, dtype=torch.long))
+
+
+@pytest.mark.parametrize("arch, schedule", [
+    ("kd_glat_tiny", (0.5, 0.3, 300_000)),  # FLC777/GLAT: start_p 0.5, minus_p 0.2, total_up 300k
+    ("kd_glat_ctc_tiny", (0.5, 0.3, 300_000)),  # its glat_ctc, the same task and schedule
+    ("kd_dat_tiny", (0.5, 0.1, 200_000)),  # thu-coai/DA-Transformer's README: --glat-p 0.5:0.1@200k
+])
+def test_default_schedules_are_the_reference_recipes(arch, schedule):
+    import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    import fairseq_plugins.models.nat  # noqa: F401  (registers the architectures)
+
+    args = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY[arch](args)
+    assert (args.glance_start, args.glance_end, args.glance_anneal_updates) == schedule

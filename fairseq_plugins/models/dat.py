@@ -5,12 +5,14 @@ distribution, and links (transition probabilities) from every vertex to every la
 path from vertex 0 to vertex L-1 emitting one token per visited vertex, so the graph holds many translations
 at once and the model never has to commit to one token per fixed position. Training maximises the
 probability of the reference summed over all its paths (a dynamic programme over target positions); glancing
-reveals reference tokens at the vertices of the reference's most probable path. Decoding follows the links
-from vertex 0 (greedy or lookahead), in one pass.
+reveals reference tokens at the vertices of the reference's most probable path, and the trained pass's loss
+sums only over the paths through those vertices, without the revealed tokens' own probabilities (the
+reference code's force-emit). Decoding follows the links from vertex 0 (greedy or lookahead), in one pass.
 
 Targets include fairseq's <s> and </s> (``translation_lev`` adds them), so vertex 0 learns <s> and the last
-vertex </s>. A reference longer than its graph has no path: such sentences are left out of the loss (the
-paper filters them from the corpus); ``--upsample-factor`` is what keeps them rare.
+vertex </s>. A reference longer than its graph has no path: such sentences are left out of the batch's mean
+(the reference code counts them in it with loss 0, which only scales the batch's gradient down by their
+share; the paper filters them from the corpus); ``--upsample-factor`` is what keeps them rare.
 """
 import math
 
@@ -29,6 +31,13 @@ from .upsampling import UpsampledStudent, collapse_repeats, upsampled_inputs
 LOG_ZERO = -1e9
 
 DECODING_STRATEGIES = ("lookahead", "greedy")
+
+# The reference code's recipe (thu-coai/DA-Transformer, README: --glat-p 0.5:0.1@200k of --max-update 300000)
+DAT_ANNEAL_UPDATES = 200_000
+
+# A sum of the forward algorithm more than this many nats below its step's best cell may have lost terms to
+# float64's underflow (below e^-708): such a cell is summed again in log space.
+PRECISE_LOG_SUM = -600.0
 
 
 def link_log_probs(query: torch.Tensor, key: torch.Tensor, vertex_mask: torch.BoolTensor) -> torch.Tensor:
@@ -57,25 +66,47 @@ def dag_log_likelihood(emissions: torch.Tensor, links: torch.Tensor, target_leng
     """log P(y | x) of each sentence [B]: the sum over all paths from vertex 0 to its last vertex that visit
     exactly |y| vertices, of the product of their links and of the visited vertices' probabilities of y.
 
-    Forward algorithm over target positions: score[t, j] sums the paths emitting y_0..y_t whose t-th vertex
-    is j. Each step is one batched product of the previous scores (as probabilities, scaled by their
-    maximum) with the link probabilities: a matrix product instead of a logsumexp over [B, L, L], so the
-    step costs one pass over the links instead of six, forward and backward. In float64, a cell more than
-    ~700 nats below the best cell of its step counts as unreachable (its probability underflows).
+    Forward algorithm over target positions, in float64: score[t, j] sums the paths emitting y_0..y_t whose
+    t-th vertex is j. Each step is one batched product of the previous scores (as probabilities, scaled by
+    their maximum) with the link probabilities: a matrix product instead of a logsumexp over [B, L, L], one
+    pass over the links instead of six, forward and backward. The product is exact for every cell within
+    PRECISE_LOG_SUM of its step's best; a cell further below (peaked links make many: the path the reference
+    needs can run hundreds of nats below the graph's favourite one for several steps) is summed again by
+    logsumexp over its incoming links. Cells no path of |y| vertices visits (j < t, or too close to the end
+    to reach it in time) hold LOG_ZERO, so that nothing from them leaks into the others.
     """
     dtype = emissions.dtype
-    emissions, transitions = emissions.double(), links.double().exp()
+    emissions, links = emissions.double(), links.double()
+    transitions = links.exp()
+    vertex = torch.arange(emissions.size(2), device=emissions.device)[None, :]
+    latest = (graph_lengths - target_lengths)[:, None]  # the t-th vertex of a path is in [t, latest + t]
     score = _first_vertex_only(emissions)
     scores = [score]
     for t in range(1, emissions.size(1)):
         # the result does not depend on the shift, so no gradient goes through it
         shift = score.detach().max(1, keepdim=True).values
         reached = torch.bmm((score - shift).exp()[:, None, :], transitions).squeeze(1)
-        # clamped: log(0) would give unreachable cells an infinite score, and NaN gradients
-        score = reached.clamp(min=torch.finfo(reached.dtype).tiny).log() + shift + emissions[:, t]
+        # clamped: log(0) would give NaN gradients (those cells are replaced below)
+        summed = reached.clamp(min=torch.finfo(reached.dtype).tiny).log()
+        on_path = (vertex >= t) & (vertex <= latest + t) & (t < target_lengths)[:, None]
+        imprecise = on_path & (summed.detach() < PRECISE_LOG_SUM)
+        summed = summed + shift
+        if bool(imprecise.any()):
+            rows, cells = imprecise.nonzero(as_tuple=True)
+            summed = summed.index_put((rows, cells), torch.logsumexp(score[rows] + links[rows, :, cells], 1))
+        score = torch.where(on_path, summed + emissions[:, t], LOG_ZERO)
         scores.append(score)
     rows = torch.arange(emissions.size(0), device=emissions.device)
     return torch.stack(scores, 1)[rows, target_lengths - 1, graph_lengths - 1].to(dtype)
+
+
+def force_emit(emissions: torch.Tensor, path: torch.LongTensor, revealed: torch.BoolTensor) -> torch.Tensor:
+    """Emissions [B, T, L] with each revealed reference token ([B, T]) pinned to its vertex on ``path``
+    ([B, T]): log 1 there, LOG_ZERO at every other vertex. The DAG loss then sums over the paths through the
+    revealed tokens' vertices only, and leaves out their probabilities, which the trained pass was shown (the
+    reference code's force-emit, ``_force_aligment`` in thu-coai/DA-Transformer's nat_dag_loss.py)."""
+    pinned = torch.where(F.one_hot(path, emissions.size(2)).bool(), 0.0, LOG_ZERO).to(emissions.dtype)
+    return torch.where(revealed[:, :, None], pinned, emissions)
 
 
 def dag_best_path(emissions: torch.Tensor, links: torch.Tensor, target_lengths: torch.LongTensor,
@@ -132,11 +163,12 @@ def glance_vertices(vertices: torch.LongTensor, path: torch.LongTensor, target: 
                     generator: torch.Generator = None) -> tuple[torch.LongTensor, torch.BoolTensor]:
     """Decoder inputs with reference tokens revealed, and which reference tokens ([B, T]): the first pass's
     tokens (``predicted``, [B, L]) read along the best ``path`` differ from the reference at ``hamming``
-    positions; ``floor(hamming x ratio)`` reference tokens chosen at random are written at their path vertices
-    (the rest stay <unk>)."""
+    positions (<s> and </s> included, as in the reference code); ``floor(hamming x ratio + 0.5)`` reference
+    tokens chosen at random (the reference code's ``number-random``) are written at their path vertices (the
+    rest stay <unk>)."""
     on_target = torch.arange(target.size(1), device=target.device)[None, :] < target_lengths[:, None]
     hamming = (predicted.gather(1, path).ne(target) & on_target).sum(1)
-    revealed = glancing_mask(on_target, glance_count(hamming, ratio), generator)
+    revealed = glancing_mask(on_target, glance_count(hamming, ratio, round_half_up=True), generator)
     rows = torch.arange(target.size(0), device=target.device)[:, None].expand_as(path)
     glanced = vertices.clone()
     glanced[rows[revealed], path[revealed]] = target[revealed]  # a path's vertices are distinct
@@ -222,13 +254,17 @@ class DATransformerModel(UpsampledStudent, Glancing, FairseqNATModel):
         return {"dag": {"loss": _mean_of_fitting(self._trained_nll(encoder_out, vertices, selected, first)),
                         "factor": 1.0}}
 
-    def _nll(self, graph, tgt_tokens, lengths):
+    def _nll(self, graph, tgt_tokens, lengths, glanced=None):
         """Per-token negative log-likelihood of each sentence's reference under ``graph`` (token log-probs,
-        links); inf where the reference is longer than the graph."""
+        links); inf where the reference is longer than the graph. ``glanced``: (best path, revealed), the
+        revealed tokens forced onto their vertices; the division is by the whole reference's length, as the
+        reference code's."""
         token_log_probs, links = graph
         target_lengths = tgt_tokens.ne(self.pad).sum(1)
-        log_likelihood = dag_log_likelihood(target_emissions(token_log_probs, tgt_tokens), links, target_lengths,
-                                            lengths)
+        emissions = target_emissions(token_log_probs, tgt_tokens)
+        if glanced is not None:
+            emissions = force_emit(emissions, *glanced)
+        log_likelihood = dag_log_likelihood(emissions, links, target_lengths, lengths)
         per_token = -log_likelihood / target_lengths.clamp(min=1)
         return per_token.masked_fill(target_lengths > lengths, float("inf"))
 
@@ -238,6 +274,7 @@ class DATransformerModel(UpsampledStudent, Glancing, FairseqNATModel):
         lengths = vertices.ne(self.pad).sum(1)
         target_lengths = tgt_tokens.ne(self.pad).sum(1)
         ratio = self.current_glance_ratio()
+        glanced = None
         if ratio > 0:
             with torch.no_grad():
                 token_log_probs, links = first or self.decoder.forward_graph(encoder_out, vertices)
@@ -245,8 +282,8 @@ class DATransformerModel(UpsampledStudent, Glancing, FairseqNATModel):
                 vertices, revealed = glance_vertices(vertices, path, tgt_tokens, target_lengths,
                                                      token_log_probs.argmax(-1), ratio)
             self.log_glancing(ratio, revealed, tgt_tokens.ne(self.pad))
-        # the whole reference is scored, glanced tokens included: the DAG loss does not split over tokens
-        return self._nll(self.decoder.forward_graph(encoder_out, vertices), tgt_tokens, lengths)
+            glanced = (path, revealed)
+        return self._nll(self.decoder.forward_graph(encoder_out, vertices), tgt_tokens, lengths, glanced)
 
     def forward_decoder(self, decoder_out, encoder_out, decoding_format=None, **kwargs):
         if decoder_out.step > 0:
@@ -271,8 +308,8 @@ def _mean_of_fitting(per_token: torch.Tensor) -> torch.Tensor:
 
 
 def dat_base_architecture(args):
-    # the paper anneals the glancing ratio 0.5 -> 0.1 (over 200k updates)
-    glancing_defaults(args, start=0.5, end=0.1)
+    # the paper and the reference code's recipe anneal the glancing ratio 0.5 -> 0.1
+    glancing_defaults(args, start=0.5, end=0.1, anneal_updates=DAT_ANNEAL_UPDATES)
     nat_base_architecture(args)
     args.upsample_factor = getattr(args, "upsample_factor", 8)
     args.dat_decoding = getattr(args, "dat_decoding", "lookahead")

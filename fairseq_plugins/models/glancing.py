@@ -14,13 +14,15 @@ from fairseq.logging import metrics
 from fairseq.models.nat.nonautoregressive_transformer import NATransformerDecoder
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 
-# GLAT anneals the ratio 0.5 -> 0.3; fairseq-based glancing recipes spread it over 200k updates
-# ("--glat-p 0.5:0.3@200k"). Shorter trainings should pass their own --glance-anneal-updates.
-DEFAULT_ANNEAL_UPDATES = 200_000
+# GLAT's reference code (FLC777/GLAT, translation_lev_modified.py) anneals the ratio 0.5 -> 0.3 over its
+# total_up, 300k updates, the length of its recipe's training; the default of every glancing family but the
+# DA-Transformer, whose recipe anneals over 200k (dat.py). Shorter trainings pass their own
+# --glance-anneal-updates.
+GLAT_ANNEAL_UPDATES = 300_000
 
 
 def glance_ratio(num_updates: int, start: float = 0.5, end: float = 0.3,
-                 anneal_updates: int = DEFAULT_ANNEAL_UPDATES) -> float:
+                 anneal_updates: int = GLAT_ANNEAL_UPDATES) -> float:
     """The glancing ratio after ``num_updates``: linear from ``start`` to ``end``, then ``end`` for good."""
     if anneal_updates <= 0:
         return end
@@ -28,13 +30,16 @@ def glance_ratio(num_updates: int, start: float = 0.5, end: float = 0.3,
     return start + (end - start) * progress
 
 
-def glance_count(hamming: torch.LongTensor, ratio: float) -> torch.LongTensor:
-    """How many reference tokens to reveal per sentence: ``floor(hamming * ratio)``.
+def glance_count(hamming: torch.LongTensor, ratio: float, round_half_up: bool = False) -> torch.LongTensor:
+    """How many reference tokens to reveal per sentence: ``floor(hamming * ratio)``, or with ``round_half_up``
+    ``floor(hamming * ratio + 0.5)``.
 
-    Rounded down, as GLAT's reference code does (``.long()`` of the float product), so a sentence the first
-    pass got right but for one token reveals nothing at ratio < 1.
+    Each family rounds as its reference code does: GLAT's (FLC777/GLAT, ``glat.py``) takes ``.long()`` of the
+    product, rounding down, so a sentence its first pass got right but for one token reveals nothing at
+    ratio < 1; the DA-Transformer's ``number-random`` strategy (thu-coai/DA-Transformer, ``nat_dag_loss.py``)
+    adds 0.5 first, so at its final ratio 0.1 a Hamming distance of 5 already reveals one token.
     """
-    return torch.floor(hamming.to(torch.float64) * ratio).long()
+    return torch.floor(hamming.to(torch.float64) * ratio + (0.5 if round_half_up else 0.0)).long()
 
 
 def glancing_mask(candidates: torch.BoolTensor, num_glance: torch.LongTensor,
@@ -63,10 +68,10 @@ def add_glancing_args(parser) -> None:
                         help="updates over which the ratio goes linearly from start to end")
 
 
-def glancing_defaults(args, start: float, end: float) -> None:
+def glancing_defaults(args, start: float, end: float, anneal_updates: int = GLAT_ANNEAL_UPDATES) -> None:
     args.glance_start = getattr(args, "glance_start", start)
     args.glance_end = getattr(args, "glance_end", end)
-    args.glance_anneal_updates = getattr(args, "glance_anneal_updates", DEFAULT_ANNEAL_UPDATES)
+    args.glance_anneal_updates = getattr(args, "glance_anneal_updates", anneal_updates)
 
 
 class Glancing:

@@ -47,7 +47,9 @@ class GLATModel(Glancing, NATransformerModel):
 
     def glance(self, prev_output_tokens, tgt_tokens, encoder_out) -> torch.BoolTensor:
         """The reference positions revealed to the trained pass ([B, T], none outside training)."""
-        candidates = prev_output_tokens.eq(self.unk) & tgt_tokens.ne(self.pad)  # <s>, </s> are given anyway
+        # <s> and </s> are in the decoder's input already: neither counted in the Hamming distance nor revealed.
+        # GLAT's reference code counts them and may reveal them, spending a glance on a token the decoder sees.
+        candidates = prev_output_tokens.eq(self.unk) & tgt_tokens.ne(self.pad)
         ratio = self.current_glance_ratio()
         if ratio <= 0:
             return torch.zeros_like(candidates)
