@@ -1,14 +1,18 @@
 """The measure registry: every table of measures reads MEASURES, in its order; and a measure registered from
 outside (docs/extending.md's worked example, ``TargetWords``) shows up in ``analyze report``'s output, the
-dataset card and choose's ranking without a change to any of them."""
+dataset card, its per-line form in scores.tsv and the card's figure, and choose's ranking without a change to any
+of them. The tests check the built-in measures and the ones they register, whatever else is registered."""
 import json
 import re
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
-from nat_kd.analysis.metrics import MEASURES, Column, Measure, shown
+from nat_kd.analysis.card import histogram_columns
+from nat_kd.analysis.metrics import MEASURES, Column, Measure, register_measure, shown
 from nat_kd.analysis.metrics.base import CARD, CENTRAL, CORRELATION, DECODING, RANKING, REPORT
+from nat_kd.analysis.metrics.sentence import SentenceScores
 from nat_kd.analyze import main
 
 EN = ["a man rides a horse .", "a woman reads a book .", "two dogs play .", "a man reads ."]
@@ -16,12 +20,33 @@ DE = ["ein mann reitet ein pferd .", "eine frau liest ein buch .", "zwei hunde s
 KD = ["ein mann reitet .", "eine frau liest ein buch .", "zwei hunde .", "ein mann liest ."]
 
 
+@pytest.fixture
+def registry():
+    """MEASURES as it was, again after the test (the report and the card hold the same dict)."""
+    before = dict(MEASURES)
+    yield MEASURES
+    MEASURES.clear()
+    MEASURES.update(before)
+
+
 def documented_measure() -> type[Measure]:
-    """The class of docs/extending.md's "Add a measure", run from the page."""
+    """The class of docs/extending.md's "Add a measure", run from the page: its module, then its registration."""
     section = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8").split("## Add a measure", 1)[1]
     namespace = {}
-    exec(re.search(r"```python\n(.*?)```", section, re.S).group(1), namespace)
+    module, registration = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+    assert registration == "from nat_kd.analysis.metrics import register_measure\n\nregister_measure(TargetWords)\n"
+    exec(module + registration, namespace)
     return namespace["TargetWords"]
+
+
+def among(found: list, expected: list) -> list:
+    """What of ``expected`` is in ``found``, in ``found``'s order: ``expected`` itself when all are there in this
+    order, whatever else (a measure registered besides) stands between them."""
+    return [item for item in found if item in expected]
+
+
+def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 @pytest.fixture
@@ -64,54 +89,104 @@ def ranking_text(report_json: dict) -> str:
     return render(ranking(records, ["kd"], "nat", "2x128", 500), "kd_nat_tiny")
 
 
-def test_a_measure_registered_from_outside_shows_in_the_report_the_card_and_the_ranking(corpus, monkeypatch):
-    target_words = documented_measure()
+def test_a_measure_registered_from_outside_shows_in_the_report_the_card_and_the_ranking(corpus, registry):
     markdown, _ = report(corpus, "before")
     assert "target words" not in markdown and "target words" not in (corpus / "kd" / "CARD.md").read_text()
 
-    monkeypatch.setitem(MEASURES, target_words.name, target_words)
+    target_words = documented_measure()
+    assert list(MEASURES)[-1] == "target_words" and MEASURES["target_words"] is target_words
     markdown, report_json = report(corpus, "after")
     rows = {row["name"]: row for row in report_json["rows"]}
     assert rows["real"]["target_words"] == 5.0 and rows["kd"]["target_words"] == 4.25
     # a measure that needs nothing joins those that need nothing, before the files
-    assert list(rows["kd"]) == ["name", "strategy", "sentences", "dropped_empty", "complexity", "faithfulness",
-                                "missing_words", "reordering", "frequency_buckets", "words_losing_all", "bleu",
-                                "length_ratio", "target_words", "src", "tgt"]
+    keys, expected = list(rows["kd"]), ["name", "strategy", "sentences", "dropped_empty", "complexity",
+                                        "faithfulness", "missing_words", "reordering", "frequency_buckets",
+                                        "words_losing_all", "bleu", "length_ratio", "target_words", "src", "tgt"]
+    assert among(keys, expected) == expected
+    assert keys.index("target_words") == keys.index("src") - 1
     first = table_lines(markdown, "| set |")
-    assert first[0].endswith("| BLEU | len ratio | target words |")
+    expected = ["set", "C(d)", "F(d)", "FRS", "BLEU", "len ratio", "target words"]
+    assert among(cells(first[0]), expected) == expected
+    assert first[0].endswith("| target words |")
     assert first[2].endswith("| 5.00 |") and first[3].endswith("| 4.25 |")
 
     card = (corpus / "kd" / "CARD.md").read_text(encoding="utf-8")
     measures = table_lines(card, "| set | C(d) |")
-    assert measures[0] == "| set | C(d) | F(d) | words losing every translation | FRS | target words |"
+    expected = ["set", "C(d)", "F(d)", "words losing every translation", "FRS", "target words"]
+    assert among(cells(measures[0]), expected) == expected
+    assert measures[0].endswith("| target words |")
     assert measures[2].startswith("| real |") and measures[2].endswith("| 5.00 |")
     assert measures[3].startswith("| this set |") and measures[3].endswith("| 4.25 |")
     card_json = json.loads((corpus / "kd" / "card.json").read_text(encoding="utf-8"))
     assert card_json["analysis"]["target_words"] == 4.25 and card_json["analysis"]["real"]["target_words"] == 5.0
 
+    # its per-line form: a column of the set's scores.tsv (KD's lines have 4, 6, 3 and 4 words), in the card's
+    # per-line summary and among its histograms, after FRS's
+    scores = SentenceScores.read(corpus / "kd" / "scores.tsv")
+    assert scores["target_words"].tolist() == [4.0, 6.0, 3.0, 4.0] and len(scores["frs"]) == 4
+    assert card_json["sentence_scores"]["summary"]["target_words"]["mean"] == 4.25
+    expected = ["bleu", "chrf", "length_ratio", "frs", "target_words", "repeated_ngrams"]
+    assert among(histogram_columns(scores), expected) == expected
+    assert "| target_words | 4 | 4.2500 |" in card
+
     ranked = table_lines(ranking_text(report_json), "| rank |")
-    assert ranked[0].endswith("| length ratio | BLEU vs real | target words |")
+    expected = ["rank", "FRS", "length ratio", "BLEU vs real", "target words"]
+    assert among(cells(ranked[0]), expected) == expected
+    assert ranked[0].endswith("| target words |")
     assert ranked[2].startswith("| 1 | kd | 14.50 |") and ranked[2].endswith("| 4.25 |")
     assert ranked[3].startswith("| 2 | real | 12.00 |") and ranked[3].endswith("| 5.00 |")
 
 
-def test_every_table_shows_the_registered_measures_in_its_order():
-    """The column headers of the report, the card, choose's ranking and the study's tables, as they are
-    written (the study's correlation table: its row labels)."""
-    def labels(table):
-        return [column.label for _, column in shown(table)]
+def test_register_measure_refuses_a_taken_name_or_per_line_column(registry):
+    def measure(name, line_column=None):
+        return type(name.title(), (Measure,), {"__module__": __name__, "name": name, "label": name,
+                                               "line_column": line_column,
+                                               "corpus_score": lambda self, data: 0.0})
 
-    assert labels(REPORT) == ["C(d)", "F(d)", "words losing every translation", "FRS", "BLEU", "len ratio", "purity"]
-    assert labels(CARD) == ["C(d)", "F(d)", "words losing every translation", "FRS"]
-    assert labels(RANKING) == ["C(d) paper", "C(d) token-weighted", "F(d) interp.", "FRS", "length ratio",
-                               "BLEU vs real"]
-    assert labels(CENTRAL) == ["C(d) paper", "C(d) token-weighted", "F(d) 1e-9", "F(d) interp.", "FRS",
-                               "BLEU vs real", "length ratio"]
-    assert labels(CORRELATION) == ["C(d), paper (mean over types)", "C(d), token-weighted", "F(d), floor 1e-9",
-                                   "F(d), interpolated", "real mass missing", "FRS", "BLEU vs real",
-                                   "length ratio vs real"]
-    assert labels(DECODING) == ["complexity C(d)", "faithfulness F(d)", "FRS", "BLEU vs real", "length ratio"]
-    assert [column.format for _, column in shown(RANKING)] == [".3f"] * 5 + [".2f"]
+    toy = register_measure(measure("toy", "toy"))
+    assert register_measure(toy) is toy and list(MEASURES).count("toy") == 1  # the same class again: no change
+    with pytest.raises(ValueError, match=r"^measure 'reordering' is nat_kd.analysis.metrics.reordering."
+                                         r"FuzzyReordering already, not test_measures.Reordering$"):
+        register_measure(measure("reordering"))
+    with pytest.raises(ValueError, match=r"^scores.tsv's column 'frs' is measure 'reordering''s already: give "
+                                         r"Other a line_column of its own$"):
+        register_measure(measure("other", "frs"))
+    with pytest.raises(ValueError, match=r"^scores.tsv's column 'bleu' is the sentence scorer's already"):
+        register_measure(measure("other", "bleu"))
+    assert "other" not in MEASURES and MEASURES["reordering"].__name__ == "FuzzyReordering"
+
+
+def test_every_column_of_scores_tsv_is_written_and_drawn(tmp_path):
+    """A column that a measure adds is written, read back and drawn, whatever its name; the 0/1 flags are not
+    drawn, the repeated n-gram counts come last."""
+    scores = SentenceScores({name: np.array([1.0, 0.0]) for name in (
+        "bleu", "repeated_ngrams", "repeated", "logprob", "replaced", "my_score")})
+    scores.write(tmp_path / "scores.tsv")
+    assert (tmp_path / "scores.tsv").read_text().splitlines()[0].split("\t") == [
+        "line", "bleu", "repeated_ngrams", "repeated", "logprob", "replaced", "my_score"]
+    assert SentenceScores.read(tmp_path / "scores.tsv")["my_score"].tolist() == [1.0, 0.0]
+    assert histogram_columns(scores) == ["bleu", "logprob", "my_score", "repeated_ngrams"]
+
+
+def test_every_table_shows_the_registered_measures_in_its_order():
+    """The built-in measures' column headers in the report, the card, choose's ranking and the study's tables, as
+    they are written (the study's correlation table: its row labels), whatever else is registered."""
+    for table, expected in ((REPORT, ["C(d)", "F(d)", "words losing every translation", "FRS", "BLEU", "len ratio",
+                                      "purity"]),
+                            (CARD, ["C(d)", "F(d)", "words losing every translation", "FRS"]),
+                            (RANKING, ["C(d) paper", "C(d) token-weighted", "F(d) interp.", "FRS", "length ratio",
+                                       "BLEU vs real"]),
+                            (CENTRAL, ["C(d) paper", "C(d) token-weighted", "F(d) 1e-9", "F(d) interp.", "FRS",
+                                       "BLEU vs real", "length ratio"]),
+                            (CORRELATION, ["C(d), paper (mean over types)", "C(d), token-weighted",
+                                           "F(d), floor 1e-9", "F(d), interpolated", "real mass missing", "FRS",
+                                           "BLEU vs real", "length ratio vs real"]),
+                            (DECODING, ["complexity C(d)", "faithfulness F(d)", "FRS", "BLEU vs real",
+                                        "length ratio"])):
+        assert among([column.label for _, column in shown(table)], expected) == expected, table
+    formats = {column.label: column.format for _, column in shown(RANKING)}
+    assert [formats[label] for label in ("C(d) paper", "C(d) token-weighted", "F(d) interp.", "FRS", "length ratio",
+                                         "BLEU vs real")] == [".3f"] * 5 + [".2f"]
 
 
 def test_a_column_stands_before_the_measure_it_names_and_takes_the_measure_s_own_label(monkeypatch):

@@ -27,7 +27,7 @@ from nat_kd.corpus import CorpusError, read_lines
 EXAMPLES = 10
 TOP = 10  # repeated n-grams and identical outputs listed
 LISTED_LINES = 10  # empty/truncated line numbers listed (the counts are complete)
-HISTOGRAMS = ("bleu", "chrf", "length_ratio", "logprob", "frs", "repeated_ngrams")
+FLAGS = ("repeated", "replaced")  # scores.tsv's 0/1 columns: the summary gives their share, a histogram no more
 HISTOGRAM_PERCENTILE = 99.5  # the histograms' axes end at this percentile (and start at 100 minus it)
 
 
@@ -142,9 +142,11 @@ def _decoding_markdown(card: dict) -> list[str]:
     """How the set was decoded, its lines, and its scores against the references."""
     d, lines = card["decoding"], card["lines"]
     backend = ", ".join(f"{k}={v}" for k, v in d["backend"].items() if k != "name")
+    settings = ", ".join(f"{k}={v}" for k, v in (d["settings"] or {}).items() if k != "name")
+    # no strategy: the backend decodes its own way (backends/base.py's ``strategies``)
     out = ["## Decoding", "", f"Backend `{d['backend']['name']}`" + (f" ({backend})" if backend else "")
-           + f", strategy `{d['strategy']}`: "
-           + ", ".join(f"{k}={v}" for k, v in (d["settings"] or {}).items()) + ".", ""]
+           + (f", strategy `{d['strategy']}`: {settings}." if d["strategy"] else ", which decodes its own way: no "
+              "strategy, no decoding settings."), ""]
     out += ["## Lines", "", markdown.table(["sentences", "empty source lines", "truncated source lines",
                                             "empty outputs"],
                                            [[lines["sentences"], _line_list(lines["empty_source_lines"]),
@@ -254,11 +256,18 @@ def histogram_axis(values: np.ndarray) -> tuple[float, float, int]:
     return float(low), float(high), int(((values < low) | (values > high)).sum())
 
 
+def histogram_columns(scores: SentenceScores) -> list[str]:
+    """The columns the card's figure draws: every one of scores.tsv's but the 0/1 flags, in its order (a measure's
+    per-line form among them), the repeated n-gram counts last."""
+    names = [n for n in scores.columns if n not in (*FLAGS, "repeated_ngrams")]
+    return names + ["repeated_ngrams"] * ("repeated_ngrams" in scores.columns)
+
+
 def plot_scores(scores: SentenceScores, path) -> None:
     from nat_kd.analysis.plotting import plt, save_figure  # first: it quiets matplotlib's logger, then imports it
     from matplotlib.ticker import FuncFormatter
 
-    names = [n for n in HISTOGRAMS if n in scores.columns]
+    names = histogram_columns(scores)
     fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.4), squeeze=False)
     for ax, name in zip(axes[0], names):
         values = scores[name][~np.isnan(scores[name])]

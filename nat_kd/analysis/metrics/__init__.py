@@ -5,7 +5,7 @@ measures, what an analysis report records of every training set (``Measure``), r
 card, nat_kd.choose's ranking and the study's tables. Its order is the order of a report row's entries (the
 measures that need nothing first, then those that need MODES, then DETAILS), and of the columns of every table
 but where a ``Column`` says ``before``. A new measure is a subclass of ``Measure`` in its own module and one
-entry here (docs/extending.md, "Add a measure").
+entry here, or a ``register_measure`` call in the code that runs the report (docs/extending.md, "Add a measure").
 """
 from nat_kd.analysis.metrics.base import (AlignedCorpus, Column, Measure, MeasuredSet, MeasureSettings, Signature,
                                           align_corpus)
@@ -17,12 +17,37 @@ from nat_kd.analysis.metrics.frequency import (ComplexityByFrequency, SourceFreq
                                                WordsLosingAll)
 from nat_kd.analysis.metrics.modes import ModeMix, ModePurity, Modes, ModesScore, ModeUnknown, UnigramModels
 from nat_kd.analysis.metrics.reordering import FuzzyReordering, Reordering, ReorderingScore
+from nat_kd.analysis.metrics.sentence import OWN_COLUMNS
 from nat_kd.analysis.metrics.surface import RepeatedNgramShare, TargetTokens, TargetTypes
 
-MEASURES: dict[str, type[Measure]] = {measure.name: measure for measure in (
-    TypeComplexity, TokenWeightedComplexity, ComplexityByFrequency, FlooredFaithfulness, MissingWords,
-    FaithfulnessByFloor, MissingMass, UnigramFaithfulness, FuzzyReordering, SourceFrequencyBuckets, WordsLosingAll,
-    BleuVsReal, LengthRatio, ModePurity, ModeMix, ModeUnknown, TargetTypes, TargetTokens, RepeatedNgramShare)}
+MEASURES: dict[str, type[Measure]] = {}
+
+
+def register_measure(measure: type[Measure]) -> type[Measure]:
+    """Add ``measure`` under its ``name``, after the measures registered before it (usable as a class decorator).
+    The same class again changes nothing; a name, or a per-line column (``line_column``), that another holds is
+    refused."""
+    known = MEASURES.get(measure.name)
+    if known is measure:
+        return measure
+    if known is not None:
+        raise ValueError(f"measure {measure.name!r} is {known.__module__}.{known.__qualname__} already, not "
+                         f"{measure.__module__}.{measure.__qualname__}")
+    column = measure.line_column
+    holder = next((m for m in MEASURES.values() if m.line_column == column), None) if column else None
+    if column in OWN_COLUMNS or holder is not None:
+        raise ValueError(f"scores.tsv's column {column!r} is "
+                         + (f"measure {holder.name!r}'s" if holder else "the sentence scorer's")
+                         + f" already: give {measure.__qualname__} a line_column of its own")
+    MEASURES[measure.name] = measure
+    return measure
+
+
+for _measure in (TypeComplexity, TokenWeightedComplexity, ComplexityByFrequency, FlooredFaithfulness, MissingWords,
+                 FaithfulnessByFloor, MissingMass, UnigramFaithfulness, FuzzyReordering, SourceFrequencyBuckets,
+                 WordsLosingAll, BleuVsReal, LengthRatio, ModePurity, ModeMix, ModeUnknown, TargetTypes, TargetTokens,
+                 RepeatedNgramShare):
+    register_measure(_measure)
 
 
 def shown(table: str) -> list[tuple[type[Measure], Column]]:
@@ -41,4 +66,4 @@ def shown(table: str) -> list[tuple[type[Measure], Column]]:
 
 __all__ = ["AlignedCorpus", "Column", "Measure", "MeasuredSet", "MeasureSettings", "Signature", "align_corpus",
            "Complexity", "ComplexityScore", "Faithfulness", "FaithfulnessScore", "DEFAULT_FLOOR", "Modes",
-           "ModesScore", "UnigramModels", "Reordering", "ReorderingScore", "MEASURES", "shown"]
+           "ModesScore", "UnigramModels", "Reordering", "ReorderingScore", "MEASURES", "register_measure", "shown"]

@@ -240,8 +240,9 @@ def pairs_in_memory(data: MeasuredSet) -> list[tuple[list[str], list[str]]]:
 class Measure(ABC):
     """A number that describes a training set: one entry of an analysis report's rows, computed for the real data
     and for every distilled set. sacrebleu's ``Metric`` is the model: a subclass sets the class attributes and
-    implements ``corpus_score``, and ``nat_kd.analysis.metrics.MEASURES`` registers it; the report, the card,
-    choose's ranking and the study's tables show it where its ``tables`` say (docs/extending.md)."""
+    implements ``corpus_score``, and ``nat_kd.analysis.metrics.register_measure`` adds it to ``MEASURES``; the
+    report, the card, choose's ranking and the study's tables show it where its ``tables`` say
+    (docs/extending.md)."""
 
     name: ClassVar[str]  # its key in a report's rows (report.json), the card and the study's records
     label: ClassVar[str]  # its column header, where a table gives it none of its own
@@ -249,7 +250,8 @@ class Measure(ABC):
     tables: ClassVar[Mapping[str, Column]] = {}  # table (REPORT, CARD, RANKING, ...) -> how that table shows it
     needs: ClassVar[str | None] = None  # MODES or DETAILS: measured only by the reports that have them
     relative: ClassVar[bool] = False  # measures a set against the real data, so none for the real data in the card
-    line_column: ClassVar[str | None] = None  # its per-line scores' column in scores.tsv (sentence.COLUMNS)
+    # its per-line form: a column of each set's scores.tsv and a histogram of its card, from ``line_scores``
+    line_column: ClassVar[str | None] = None
 
     def __init__(self, settings: MeasureSettings):
         self.settings = settings

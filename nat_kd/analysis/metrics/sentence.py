@@ -11,9 +11,11 @@ Columns, one row per line (``scores.tsv`` beside a distilled set, see docs/analy
   1 where that count is above zero;
 * ``logprob``: the teacher's log-probability of the line divided by its length in tokens (EOS included):
   the mean of the decoder's per-token scores, whatever the length penalty. Only the generator knows it;
-* ``frs``: the line's fuzzy reordering score from the analysis aligner's links (``reordering.sentence_scores``;
-  NaN when fewer than two source words are aligned). Added by ``analyze`` (it needs the corpus aligned);
-* ``replaced``: in a set written by nat_kd.mix, 1 where the line is the real target.
+* ``replaced``: in a set written by nat_kd.mix, 1 where the line is the real target;
+* each measure's per-line form (``Measure.line_column``), added by ``analyze report`` (it needs the corpus
+  aligned): ``frs``, the line's fuzzy reordering score from the analysis aligner's links
+  (``reordering.sentence_scores``; NaN when fewer than two source words are aligned), also added by
+  ``analyze sentences --src``.
 
 BLEU and chrF come from sacrebleu's per-sentence sufficient statistics (nat_kd.analysis.metrics.bleu), extracted
 once: the generator sums the same statistics into its corpus scores (nat_kd.distill.scores), so nothing is
@@ -39,8 +41,10 @@ REPEAT_N = 2
 # lines scored at a time where a file is scored a block at a time: sacrebleu's statistics and chrF's
 # reference n-grams take about 30 kB a line while a block is scored (10,000 lines: 300 MB)
 SCORE_BLOCK = 1000
-# the columns in the order scores.tsv writes them; those a scorer cannot know are left out of its file
-COLUMNS = ("bleu", "chrf", "length_ratio", "repeated_ngrams", "repeated", "logprob", "frs", "replaced")
+# the columns of scores.tsv that no measure adds (a measure's per-line form, ``Measure.line_column``, is a column of
+# its own): the scorer's, and nat_kd.mix's 0/1 ``replaced``
+OWN_COLUMNS = ("bleu", "chrf", "length_ratio", "repeated_ngrams", "repeated", "logprob", "replaced")
+INTEGER_COLUMNS = ("repeated_ngrams", "repeated", "replaced")  # counts and 0/1 flags, written as integers
 
 
 def _metrics() -> dict:
@@ -94,12 +98,11 @@ class SentenceScores:
 
     def tsv_lines(self, first: int = 1, header: bool = True) -> Iterator[str]:
         """The TSV's lines, its rows numbered from ``first``: a block of a file written a block at a time when
-        ``first`` > 1 (then without the ``header``)."""
-        names = [c for c in COLUMNS if c in self.columns]
-        integer = {"repeated_ngrams", "repeated", "replaced"}
+        ``first`` > 1 (then without the ``header``). Every column is written, in the order it was added."""
+        names = list(self.columns)
         if header:
             yield "\t".join(["line", *names]) + "\n"
-        cells = [self.columns[c].astype(np.int64).astype(str) if c in integer
+        cells = [self.columns[c].astype(np.int64).astype(str) if c in INTEGER_COLUMNS
                  else np.char.mod("%.6g", self.columns[c]) for c in names]
         for number, row in enumerate(zip(*cells), first):
             yield f"{number}\t" + "\t".join(row) + "\n"
@@ -108,10 +111,9 @@ class SentenceScores:
     def read(cls, path: str | Path) -> "SentenceScores":
         lines = iter_lines(path)
         header = next(lines, "").split("\t")
-        unknown = set(header[1:]) - set(COLUMNS)
-        if header[:1] != ["line"] or unknown:
-            raise CorpusError(f"{path}:1: not a scores.tsv header (expected line, then some of "
-                              f"{', '.join(COLUMNS)}); rewrite it with python -m nat_kd.analyze sentences")
+        if header[:1] != ["line"] or not all(header[1:]) or len(set(header)) != len(header):
+            raise CorpusError(f"{path}:1: not a scores.tsv header (expected line, then the names of its columns, each "
+                              "once); rewrite it with python -m nat_kd.analyze sentences")
         rows = []
         for number, line in enumerate(lines, 2):
             cells = line.split("\t")
