@@ -83,6 +83,10 @@ def test_a_registered_backend_writes_the_set_by_library_and_command_line(reverse
                  "--out", str(out), "--no-progress-bar"]) == 0
     meta = json.loads((out / "meta.json").read_text())
     assert meta["backend"] == {"name": "reverse"} and meta["timing"]["workers"] == 2
+    # it carries out no strategy: none recorded, nor the beam search's settings it never used
+    assert meta["strategy"] is None and meta["settings"] == {}
+    assert ("Backend `reverse`, which decodes its own way: no strategy, no decoding settings.\n"
+            in (out / "CARD.md").read_text())
     assert meta["batching"]["chunks"] >= 3
     assert meta["teacher"]["converter"] is None
     files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
@@ -125,11 +129,45 @@ def test_the_run_follows_the_backends_policy(reverse, monkeypatch):
     cfg(check_against_fairseq=10).check()  # a backend that is not the reference may be checked against it
 
 
+def test_a_backend_carries_out_the_strategies_it_declares(reverse):
+    """A backend that carries out no strategy takes no decoding settings but the defaults; one that carries out
+    some refuses the others, naming the backends that carry them out."""
+    from nat_kd.distill import DistillConfig
+    from nat_kd.distill.decoding import DecodingSettings
+    from nat_kd.errors import SettingsError
+
+    class BeamOnly(ReverseBackend):
+        name = "beam-only"
+        strategies = ("beam", "greedy")
+
+    register_backend(BeamOnly)
+
+    def check(backend, **decoding):
+        DistillConfig(teachers=["teacher.pt"], out_dir="out", backend=backend,
+                      decoding=DecodingSettings(**decoding)).check()
+
+    check("reverse")  # a plain run
+    with pytest.raises(SettingsError, match=r"^--strategy: the reverse backend decodes its own way, without a "
+                                            r"strategy or decoding settings; drop it$"):
+        check("reverse", strategy="topk")
+    with pytest.raises(SettingsError, match=r"^--strategy, --top-k: the reverse backend .*; drop them$"):
+        check("reverse", strategy="topk", top_k=20)
+    with pytest.raises(SettingsError, match=r"^--beam: the reverse backend"):
+        check("reverse", beam=4)
+    check("beam-only", strategy="greedy", beam=4)
+    # the built-in backends first, in the registry's order: a backend registered after them may carry it out too
+    with pytest.raises(SettingsError, match=r"^--strategy sampling: the beam-only backend carries out beam, greedy; "
+                                            r"sampling is for --backend fairseq or ctranslate2"):
+        check("beam-only", strategy="sampling")
+
+
 def test_the_registry_refuses_a_taken_name_and_names_the_known_ones(reverse):
     from nat_kd.distill.backends import backend_class, backend_names
     from nat_kd.errors import SettingsError
 
-    assert backend_names() == ["fairseq", "ctranslate2", "reverse"]
+    # the built-in backends, and this one after them: others may be registered too
+    names = backend_names()
+    assert names[:2] == ["fairseq", "ctranslate2"] and names[-1] == "reverse"
     assert backend_class("reverse") is ReverseBackend
     register_backend(ReverseBackend)  # the same class again: nothing changes
     class Impostor(ReverseBackend):
@@ -140,7 +178,7 @@ def test_the_registry_refuses_a_taken_name_and_names_the_known_ones(reverse):
                                          r"and_names_the_known_ones.<locals>.Impostor$"):
         register_backend(Impostor)
     assert backend_class("fairseq").__name__ == "FairseqBackend"
-    with pytest.raises(SettingsError, match=r"^unknown backend 'nope': choose one of fairseq, ctranslate2, reverse$"):
+    with pytest.raises(SettingsError, match=r"^unknown backend 'nope': choose one of fairseq, ctranslate2, .*reverse$"):
         backend_class("nope")
 
 

@@ -251,7 +251,8 @@ def main(argv=None) -> int:
             result = distill(config_from_args(args))
         if result.complete:
             scores = result.meta.get("scores", {})
-            print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {result.meta['strategy']}"
+            strategy = result.meta["strategy"] or "none (the backend's own decoding)"
+            print(f"{result.out_dir}: {result.meta['sentences']} sentences, strategy {strategy}"
                   + (f", BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} vs reference" if scores else ""))
             for reference, what in (("fairseq", "the fairseq backend"), ("transformers", "transformers' generate")):
                 check = result.meta.get(f"check_against_{reference}")

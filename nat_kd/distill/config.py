@@ -2,14 +2,14 @@
 ``pipeline.distill`` runs it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from nat_kd.errors import SettingsError
 from nat_kd.tokenization import TokenizationSettings
 
 from .autobatch import AUTO
-from .backends import DEFAULT_BACKEND, PUBLISHED_TEACHER_BACKEND, backend_class, names_with
+from .backends import DEFAULT_BACKEND, PUBLISHED_TEACHER_BACKEND, backend_class, names_carrying_out, names_with
 from .decoding import DecodingSettings
 from .teachers import is_published
 
@@ -80,6 +80,7 @@ class DistillConfig:
                                     "use --check-against-transformers")
             if not self.source:
                 raise SettingsError("a published teacher reads raw text: give --source (or --prepared)")
+        self._check_strategy(backend)
         if not backend.takes_compute_type and self.compute_type != "float32":
             fp16 = f"; the {self.backend} backend takes --fp16 (on a GPU)" if backend.takes_fp16 else ""
             raise SettingsError(f"--compute-type {self.compute_type} is for --backend "
@@ -96,6 +97,23 @@ class DistillConfig:
             raise SettingsError(f"--fp16 is for the {' or '.join(names_with('takes_fp16'))} backend"
                                 + (f"; with --backend {self.backend} use --compute-type float16 (or bfloat16) on a GPU"
                                    if backend.takes_compute_type else ""))
+
+    def _check_strategy(self, backend) -> None:
+        """The strategy is one that the backend carries out; a backend that carries out none decodes its own way,
+        and is given no decoding settings but the defaults."""
+        strategy = self.decoding.strategy
+        if backend.strategies:
+            if strategy not in backend.strategies:
+                others = names_carrying_out(strategy)
+                raise SettingsError(f"--strategy {strategy}: the {self.backend} backend carries out "
+                                    f"{', '.join(backend.strategies)}"
+                                    + (f"; {strategy} is for --backend {' or '.join(others)}" if others else ""))
+            return
+        given = [f"--{setting.name.replace('_', '-')}" for setting in fields(DecodingSettings)
+                 if getattr(self.decoding, setting.name) != setting.default]
+        if given:
+            raise SettingsError(f"{', '.join(given)}: the {self.backend} backend decodes its own way, without a "
+                                f"strategy or decoding settings; drop {'it' if len(given) == 1 else 'them'}")
 
     def _check_auto(self, backend) -> None:
         if not backend.max_tokens_auto:

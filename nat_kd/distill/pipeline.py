@@ -84,9 +84,11 @@ def _merge(loaded: LoadedRun, store: ChunkStore, chunks, num_shards: int, timing
     source_pieces = token_strings(teacher.src_dict, corpus.source_tokens)
     out = DistilledSet(out_dir)
     bin_left_out = [] if cfg.keep_empty_lines else corpus.empty_lines
+    # a backend that carries out no strategy decodes its own way: none of the strategy's settings were used
+    strategy = loaded.strategy if loaded.backend_type.strategies else None
     meta = {
-        "name": cfg.name or out_dir.name, "strategy": loaded.strategy.name,
-        "settings": loaded.strategy.describe(), "all_settings": asdict(cfg.decoding),
+        "name": cfg.name or out_dir.name, "strategy": strategy.name if strategy else None,
+        "settings": strategy.describe() if strategy else {}, "all_settings": asdict(cfg.decoding),
         "seed": cfg.decoding.seed, "backend": loaded.fingerprint()["backend"],
         "teacher": loaded.describe_teacher(), "corpus": corpus.source_description,
         "split": cfg.split, "source_lang": teacher.source_lang, "target_lang": teacher.target_lang,

@@ -19,7 +19,8 @@ from nat_kd.errors import SettingsError
 from .base import Backend, BackendInputs, BackendSettings, Decoder, Hypothesis
 
 __all__ = ["DEFAULT_BACKEND", "PUBLISHED_TEACHER_BACKEND", "Backend", "BackendInputs", "BackendSettings", "Decoder",
-           "Hypothesis", "backend_class", "backend_names", "build_backend", "names_with", "register_backend"]
+           "Hypothesis", "backend_class", "backend_names", "build_backend", "names_carrying_out", "names_with",
+           "register_backend"]
 
 DEFAULT_BACKEND = "fairseq"
 PUBLISHED_TEACHER_BACKEND = "ctranslate2"  # the default for a published teacher's folder
@@ -64,6 +65,11 @@ def names_with(policy: str, value: bool = True) -> list[str]:
     """The backends whose class attribute ``policy`` is ``value`` (for the messages that say which take an
     option)."""
     return [name for name in _BACKENDS if getattr(backend_class(name), policy) == value]
+
+
+def names_carrying_out(strategy: str) -> list[str]:
+    """The backends whose ``strategies`` include ``strategy``."""
+    return [name for name in _BACKENDS if strategy in backend_class(name).strategies]
 
 
 def build_backend(settings: BackendSettings, inputs: BackendInputs, threads: int = 1) -> Backend:

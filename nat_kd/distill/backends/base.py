@@ -82,6 +82,9 @@ class Backend(Decoder):
     checks (config.py), the loaded run (`distill/loaded.py`) and the process pool read instead of its name."""
 
     name: ClassVar[str]  # what --backend and DistillConfig.backend call it
+    # the decoding strategies (decoding/strategies.py) it carries out, by name; none: it decodes its own way, so
+    # a run with it takes no decoding settings, and its meta.json and card record no strategy
+    strategies: ClassVar[tuple[str, ...]] = ()
     cpu_workers: ClassVar[int | None] = None  # decoding processes on a CPU without --workers; None: one per core
     takes_fp16: ClassVar[bool] = False  # --fp16: the teacher in half precision, on a GPU
     takes_compute_type: ClassVar[bool] = False  # --compute-type other than float32

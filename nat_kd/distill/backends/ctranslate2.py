@@ -37,7 +37,7 @@ from nat_kd import atomic
 from nat_kd.errors import SettingsError
 from nat_kd.hashing import sha256_file, sha256_json
 
-from ..decoding import build_strategy
+from ..decoding import STRATEGIES, build_strategy
 from ..source import token_strings
 from ..teachers import PublishedTeacher
 from .base import Backend, BackendInputs, BackendSettings, Decoded, Hypothesis
@@ -251,6 +251,7 @@ def batch_seed(seed: int, ids: list[int]) -> int:
 
 class CTranslate2Backend(Backend):
     name = "ctranslate2"
+    strategies = tuple(STRATEGIES)  # each mapped onto CTranslate2's options (the module's doc)
     # one process, one model replica per core decoding sub-batches side by side: faster than processes on 2 cores
     # (docs/results/generator_speed.md)
     cpu_workers = 1

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from ..decoding import build_strategy
+from ..decoding import STRATEGIES, build_strategy
 from ..source import token_strings
 from .base import Backend, BackendInputs, BackendSettings, Decoded, DecodedBatch, Hypothesis
 
 
 class FairseqBackend(Backend):
     name = "fairseq"
+    strategies = tuple(STRATEGIES)
     takes_fp16 = True
     max_tokens_auto = True  # autobatch.py bounds SequenceGenerator's memory
     pytorch_teacher = True
