@@ -2,6 +2,7 @@
 below, written into a copy of the project as ``fairseq_plugins/models/nat_copy.py`` with one import line, is a
 student that next_steps prints, fairseq-train trains with its architecture's defaults and fairseq-generate
 decodes, without a change to any other file."""
+import ast
 import os
 import shlex
 import shutil
@@ -30,7 +31,6 @@ register_student_family("nat_copy", StudentFamily(
     ("--iter-decode-max-iter", "0"),
 ))
 '''
-IMPORT_LINE = "from .models import nat, transformer  # noqa: F401"
 ENTRY = "from .models import nat, nat_copy, transformer  # noqa: F401"
 
 
@@ -48,18 +48,35 @@ def test_a_taken_family_name_is_refused():
     assert STUDENT_FAMILIES == before
 
 
+def with_family_imported(init: str, module: str) -> str:
+    """The plugin package's ``__init__.py`` with ``module`` added to its import of the models, however that import
+    reads (the families it names, on one line or several)."""
+    found = [node for node in ast.parse(init).body
+             if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "models"]
+    assert len(found) == 1, "fairseq_plugins/__init__.py imports its models in one statement"
+    lines = init.splitlines(keepends=True)
+    names = sorted({alias.name for alias in found[0].names} | {module})
+    start, end = found[0].lineno - 1, found[0].end_lineno
+    lines[start:end] = [f"from .models import {', '.join(names)}  # noqa: F401\n"]
+    return "".join(lines)
+
+
+def test_the_family_joins_the_plugins_import_however_it_reads():
+    assert with_family_imported("from . import a\nfrom .models import nat, transformer  # noqa: F401\nx = 1\n",
+                                "nat_copy") == ("from . import a\n" + ENTRY + "\nx = 1\n")
+    assert with_family_imported("from .models import (\n    zeta,\n    nat,\n)\n", "nat_copy") == (
+        "from .models import nat, nat_copy, zeta  # noqa: F401\n")
+
+
 @pytest.fixture(scope="module")
 def project_with_family(tmp_path_factory):
-    """A copy of the project's code with the toy family: its file, and one line changed in the plugin's imports."""
+    """A copy of the project's code with the toy family: its file, and its name added to the plugin's imports."""
     copy = tmp_path_factory.mktemp("project")
     for package in ("nat_kd", "fairseq_plugins"):
         shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "fairseq_plugins" / "models" / "nat_copy.py").write_text(FAMILY_FILE, encoding="utf-8")
     init = copy / "fairseq_plugins" / "__init__.py"
-    lines = init.read_text(encoding="utf-8").splitlines(keepends=True)
-    assert lines.count(IMPORT_LINE + "\n") == 1
-    lines[lines.index(IMPORT_LINE + "\n")] = ENTRY + "\n"
-    init.write_text("".join(lines), encoding="utf-8")
+    init.write_text(with_family_imported(init.read_text(encoding="utf-8"), "nat_copy"), encoding="utf-8")
     return copy
 
 
