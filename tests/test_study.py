@@ -723,6 +723,41 @@ def test_a_stored_file_that_does_not_match_its_record_is_refused_in_one_line(tmp
     assert not (tmp_path / "study" / "work" / "set").exists()
 
 
+def test_hours_starts_only_the_steps_whose_estimate_from_records_of_their_kind_and_shape_fits(tmp_path):
+    """--hours: a training's estimate is the seconds an update of finished trainings of the same architecture,
+    shape and batch (3.6 s here, from a committed record), times the updates its budget has left (a begun
+    curve counts what it trained); a step with no such record has none; neither of those two starts."""
+    from nat_kd.engine.estimate import hours
+
+    shape = {"layers": 2, "embed_dim": 128}
+
+    def settings(updates, arch="kd_nat_tiny"):
+        return {"arch": arch, "shape": shape, "nat_family": "nat",
+                "training": {"updates": updates, "max_tokens": 4096, "bleu_every": 250}}
+
+    committed = {"student.old": {"name": "student.old", "kind": "train", "settings": settings(1000), "deps": [],
+                                 "digest": "d", "fingerprint": "f", "wall_seconds": 3600.0, "threads": 1,
+                                 "result": {"updates_trained": 1000, "outputs": []}}}
+    (tmp_path / "results.json").write_text(json.dumps({"steps": committed}))
+    calls = []
+
+    def train(name, updates, arch="kd_nat_tiny"):
+        return Step(name, "train", settings(updates, arch), lambda ctx: calls.append(name) or {"outputs": []})
+
+    plan = [train("short", 500), train("long", 2000), train("begun", 2000), train("other", 10, "kd_glat_tiny")]
+    curve = tmp_path / "study" / "work" / "begun" / "checkpoints" / "curve.json"
+    curve.parent.mkdir(parents=True)
+    curve.write_text(json.dumps([{"updates": 1250, "valid_bleu": 1.0}, {"updates": 1500, "valid_bleu": 2.0}]))
+    runner = Runner(tmp_path / "study", reuse=(tmp_path / "results.json",), hours=1.0)
+    assert runner.estimate(plan[0], {}) == pytest.approx(1800) and runner.estimate(plan[2], {}) == pytest.approx(1800)
+    runner.run(plan)
+    assert calls == ["short", "begun"] and runner.held == {"long": pytest.approx(7200), "other": None}
+    assert [hours(s) for s in (7200, 1800, 30, None)] == ["2.0 h", "30 min", "1 min", "unknown"]
+    calls.clear()
+    Runner(tmp_path / "study", reuse=(tmp_path / "results.json",)).run(plan)  # no limit: the rest runs
+    assert calls == ["long", "other"]
+
+
 def test_a_student_s_settings_hold_only_what_its_training_reads(tmp_path):
     """Vanilla NAT has no glancing schedule and the CTC and DAG losses no label smoothing: changing the profile's
     value for either leaves those students' settings, and so their fingerprints and checkpoints, as they were."""
@@ -1281,7 +1316,7 @@ of = ["a.beam", "b.beam"]
 [[references]]
 name = "ddrs-mean"
 of = ["a.beam", "b.beam"]
-selection = "mean"
+selection = "per-token-mean"
 [[references]]
 name = "union"
 of = ["a.beam", "b.beam"]
@@ -1299,8 +1334,9 @@ def test_sets_of_several_references_and_the_sets_each_family_learns_from(tmp_pat
     assert steps["teacher.b"].settings["seed"] == 2 and "seed" not in steps["teacher.a"].settings
     ddrs = steps["references.ddrs"]
     assert ddrs.kind == "mix" and ddrs.deps == ["prepare", "distil.a.beam", "distil.b.beam"]
-    assert (ddrs.settings["selection"], steps["references.ddrs-mean"].settings["selection"]) == ("min", "mean")
-    assert steps["references.union"].settings["union"] is True
+    assert ddrs.settings["criterion"] == {"references": 2, "reference_selection": "ddrs"}  # the schedule's defaults
+    assert steps["references.ddrs-mean"].settings["criterion"]["reference_selection"] == "per-token-mean"
+    assert steps["references.union"].settings["union"] is True and "criterion" not in steps["references.union"].settings
     # the analysis measures the union (a training set of its own pairs), not a multi-reference set (its first)
     assert steps["analysis"].deps == ["prepare", "distil.a.beam", "distil.b.beam", "references.union"]
     students = sorted(n for n in steps if n.startswith("student."))
@@ -1318,9 +1354,14 @@ def test_sets_of_several_references_and_the_sets_each_family_learns_from(tmp_pat
     ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "x"\nof = ["a.beam", "c.beam"]\n',
      "[[references]] x: 'c.beam' is not a distilled set"),
     ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "x"\nof = ["a.beam", "b.beam"]\nselection = "max"\n',
-     "[[references]] x: selection = 'max': 'min'"),
+     "[[references]] x: selection = 'max': 'ddrs', 'per-token-min', 'per-token-mean'"),
     ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "x"\nof = ["a.beam", "b.beam"]\nunion = true\n'
-     'selection = "mean"\n', "[[references]] x: union = true makes one reference a line: drop selection"),
+     'selection = "per-token-mean"\n', "[[references]] x: union = true makes one reference a line: drop selection"),
+    ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "x"\nof = ["a.beam", "b.beam"]\n'
+     'selection = "per-token-min"\nddrs_max_update = 10\n', "[[references]] x: ddrs_max_update and "
+                                                             "ddrs_save_interval_updates are DDRS's schedule"),
+    ('[students]\nfamilies = ["dat"]\n', "[[references]] ddrs: selection = 'ddrs', which dat students do not take "
+                                          "(per-token-min, per-token-mean)"),
     ('[students]\nfamilies = ["glat_ctc"]\n[[references]]\nname = "union"\nof = ["a.beam", "b.beam"]\n',
      "[[references]]: names must differ"),
 ])
@@ -1335,27 +1376,67 @@ def test_a_student_on_several_references_trains_with_the_loss_that_takes_them(tm
     from nat_kd.engine.training import Training
 
     common = dict(arch="kd_glat_ctc_tiny", shape=ModelSize(8, 8, 1, 1), training=Training(updates=1))
-    flags = fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="glat_ctc", references=(3, "mean"), **common)
+    ddrs = {"references": 3, "reference_selection": "ddrs", "ddrs_max_update": 2000, "ddrs_save_interval_updates": 33}
+    flags = fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="glat_ctc", references=ddrs, **common)
     assert flags[flags.index("--task") + 1] == "kd_translation_lev" and flags[flags.index("--references") + 1] == 3
     assert flags[flags.index("--criterion") + 1] == "multi_reference_nat_loss"
-    assert flags[flags.index("--reference-selection") + 1] == "mean"
+    assert flags[flags.index("--reference-selection") + 1] == "ddrs"
+    assert (flags[flags.index("--ddrs-max-update") + 1], flags[flags.index("--ddrs-save-interval-updates") + 1]) == \
+        (2000, 33)
     single = fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="glat_ctc", **common)
     assert "--references" not in single and single[single.index("--criterion") + 1] == "nat_loss"
     with pytest.raises(ValueError, match="nat students take one reference a sentence"):
-        fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="nat", references=(3, "min"), **common)
+        fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="nat", references=ddrs, **common)
+    with pytest.raises(ValueError, match="dat students take --reference-selection per-token-min or per-token-mean, "
+                                         "not ddrs"):
+        fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="dat", references=ddrs, **common)
+    selective = fairseq_jobs.train_args(tmp_path, tmp_path, nat_family="glat_ctc", **common,
+                                        selective_kd={"kd_threshold": 0.4, "kd_threshold_updates": 2000})
+    assert selective[selective.index("--task") + 1] == "selective_kd_translation_lev"
+    assert selective[selective.index("--kd-threshold") + 1] == 0.4
+    assert selective[selective.index("--kd-threshold-updates") + 1] == 2000
 
 
-def test_a_selective_kd_mix_is_judged_by_a_student_of_the_study(tmp_path):
-    text = MINIMAL + ('[distill]\nmethods = []\n[students]\nfamilies = ["nat"]\n[[mixes]]\nname = "skd-20"\n'
-                      'of = "a.beam"\nevaluator = "student.nat.real"\ndistilled_share = 0.2\n')
+def test_a_judge_mix_is_judged_by_a_student_of_the_study(tmp_path):
+    text = MINIMAL + ('[distill]\nmethods = []\n[students]\nfamilies = ["nat"]\n[[mixes]]\nname = "j-20"\n'
+                      'of = "a.beam"\njudge = "student.nat.real"\ndistilled_share = 0.2\n')
     cfg = study_config.load(_write(tmp_path, text))
     steps = {s.name: s for s in build_plan(cfg, tmp_path)}
-    assert steps["mix.skd-20"].deps == ["prepare", "distil.a.beam", "student.nat.real"]
-    assert steps["mix.skd-20"].settings["rule"] == {"evaluator": "student.nat.real", "distilled_share": 0.2}
-    assert "student.nat.skd-20" in steps
-    for evaluator in ("student.glat.real", "student.nat.skd-20", "teacher.a"):
-        with pytest.raises(ConfigError, match=re.escape(f"evaluator = '{evaluator}' is not a student of this study")):
-            study_config.load(_write(tmp_path, text.replace('"student.nat.real"', f'"{evaluator}"')))
+    assert steps["mix.j-20"].deps == ["prepare", "distil.a.beam", "student.nat.real"]
+    assert steps["mix.j-20"].settings["rule"] == {"judge": "student.nat.real", "distilled_share": 0.2}
+    assert "student.nat.j-20" in steps
+    for judge in ("student.glat.real", "student.nat.j-20", "teacher.a"):
+        with pytest.raises(ConfigError, match=re.escape(f"judge = '{judge}' is not a student of this study")):
+            study_config.load(_write(tmp_path, text.replace('"student.nat.real"', f'"{judge}"')))
+
+
+SELECTIVE = ('[distill]\nmethods = []\n[students]\nfamilies = ["nat", "glat_ctc"]\n[[mixes]]\nname = "skd"\n'
+             'of = "a.beam"\nevaluator = "student.glat_ctc.a.beam"\nkd_threshold_updates = 2000\n')
+
+
+def test_a_selective_kd_set_is_made_with_a_ctc_student_of_the_study_and_trained_on_with_the_task(tmp_path):
+    """Its step scores the distilled set with the evaluator's checkpoint; its students take the threshold's
+    settings given (the task's defaults for the rest); the analysis leaves it out (its texts are its set's)."""
+    cfg = study_config.load(_write(tmp_path, MINIMAL + SELECTIVE))
+    steps = {s.name: s for s in build_plan(cfg, tmp_path)}
+    assert steps["mix.skd"].deps == ["prepare", "distil.a.beam", "student.glat_ctc.a.beam"]
+    assert steps["mix.skd"].settings["selective_kd"] == {"evaluator": "student.glat_ctc.a.beam",
+                                                         "kd_threshold_updates": 2000}
+    assert steps["student.glat_ctc.skd"].deps == ["prepare", "mix.skd"] and "student.nat.skd" in steps
+    assert steps["analysis"].deps == ["prepare", "distil.a.beam"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (('"student.glat_ctc.a.beam"', '"student.nat.a.beam"'),
+     "[[mixes]] skd: evaluator = 'student.nat.a.beam': Selective KD's evaluator is a CTC student"),
+    (('"student.glat_ctc.a.beam"', '"student.glat_ctc.skd"'), "evaluator = 'student.glat_ctc.skd' is not a student"),
+    (("kd_threshold_updates = 2000", "distilled_share = 0.2"), "[[mixes]] skd: unknown key(s) distilled_share; a "
+                                                               "Selective KD set takes evaluator and kd_threshold"),
+    (("kd_threshold_updates = 2000", "kd_threshold_updates = 0"), "kd_threshold_updates = 0: the update at which"),
+])
+def test_a_selective_kd_set_is_checked(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        study_config.load(_write(tmp_path, MINIMAL + SELECTIVE.replace(*change)))
 
 
 def test_each_kd_method_is_judged_against_the_plain_set_it_was_made_from(tmp_path):

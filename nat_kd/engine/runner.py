@@ -27,6 +27,7 @@ from nat_kd.errors import NatKdError
 from nat_kd.hashing import sha256_files, sha256_json
 from nat_kd.launch.settings import Resources
 
+from .estimate import Estimates
 from .store import Kept, Store
 
 logger = logging.getLogger("nat_kd.study")
@@ -185,7 +186,7 @@ class ReusedRecords:
         except (OSError, ValueError, KeyError, TypeError):
             raise StepError(f"--reuse {path}: not a study's results.json (no \"steps\" in it); give a study's "
                             "results/results.json or its folder") from None
-        self.by_key = {}
+        self.steps, self.by_key = steps, {}
         for record in steps.values():
             digests = {d: steps[d]["digest"] for d in record.get("deps", []) if d in steps}
             if len(digests) == len(record.get("deps", [])):
@@ -247,7 +248,8 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
 
 class Runner:
     def __init__(self, root: Path, jobs: int = 1, threads: int = 1, launcher=None, reuse: tuple[Path, ...] = (),
-                 canonical: Callable[[str, dict], dict] | None = None, store: Path | None = None):
+                 canonical: Callable[[str, dict], dict] | None = None, store: Path | None = None,
+                 hours: float | None = None):
         """``launcher``: None runs the steps in this process's threads, ``jobs`` at a time; a
         nat_kd.engine.cluster.JobLauncher submits each as a job instead, up to its own limit. ``reuse``: other
         study folders whose finished steps stand in for this study's own when their fingerprints match (the
@@ -256,7 +258,9 @@ class Runner:
         other step needs, where their settings and their inputs' digests match (``ReusedRecords``);
         ``canonical(kind, settings)``: the settings as the step's work reads them, for that match. ``store``: a
         folder kept under version control (nat_kd.engine.store) into which every finished step's record and
-        small outputs go, and from which a step with the same inputs is restored instead of run."""
+        small outputs go, and from which a step with the same inputs is restored instead of run. ``hours``:
+        start only the steps whose expected wall time (nat_kd.engine.estimate) fits in what is left of them;
+        the others are left in ``held``, with their estimates."""
         self.root, self.jobs, self.threads, self.launcher = Path(root), max(1, jobs), threads, launcher
         self.reuse = [Path(r) for r in reuse if not Path(r).is_file()]
         self.canonical = canonical or (lambda kind, settings: settings)
@@ -269,6 +273,9 @@ class Runner:
         # made by the first step that runs: --list and --dry-run leave a mistyped --out uncreated
         self.records_dir, self.work_dir = self.root / "steps", self.root / "work"
         self.store = Store(store, self.root) if store else None
+        self.deadline = time.monotonic() + hours * 3600 if hours is not None else None
+        self.held: dict[str, float | None] = {}  # steps not started for want of time: their estimates
+        self._estimates: Estimates | None = None
         # steps restored from the store without their outputs (a checkpoint) that a step still to run reads:
         # they run again
         self._outputs_needed: set[str] = set()
@@ -339,6 +346,25 @@ class Runner:
         work = self.work_dir / step.name
         self.store.save(record, work, step.keep(work, record["result"]) if step.keep else None)
 
+    def estimate(self, step: Step, records: dict) -> float | None:
+        """The step's expected wall time in seconds on its dependencies' ``records`` (None: no record to go by)."""
+        if self._estimates is None:
+            own = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.records_dir.glob("*.json"))}
+            self._estimates = Estimates([own] + ([self.store.records()] if self.store else [])
+                                        + [source.steps for source in self.reused_records], self.threads)
+        return self._estimates.seconds(step.name, step.kind, step.settings, records, self.work_dir / step.name)
+
+    def _fits(self, step: Step, records: dict) -> bool:
+        """Whether the step may start under ``hours``: its estimate fits in the time left (or there is no limit)."""
+        if self.deadline is None:
+            return True
+        expected = self.estimate(step, records)
+        if expected is not None and expected <= self.deadline - time.monotonic():
+            self.held.pop(step.name, None)
+            return True
+        self.held[step.name] = expected
+        return False
+
     def current(self, step: Step, records: dict) -> tuple[str, dict | None]:
         """The step's fingerprint on its dependencies' ``records``, and its record if that is up to date."""
         fingerprint = step_fingerprint(step, records)
@@ -408,6 +434,8 @@ class Runner:
                             del records[name]
                         reopened = True
                         continue
+                    if not self._fits(step, records):
+                        continue
                     logger.info("start %s", step.name)
                     running[pool.submit(start, step, step_fingerprint(step, records), dict(records))] = step
                     del pending[step.name]
@@ -415,7 +443,10 @@ class Runner:
                     continue
                 if not running:
                     break
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                done = set()
+                while not done:  # bounded: a signal whose C handler ran in another thread is acted on only when
+                    # this thread wakes (a driver's Ctrl-C, nat_kd.launch.signals)
+                    done, _ = wait(running, timeout=1, return_when=FIRST_COMPLETED)
                 for future in done:
                     step = running.pop(future)
                     try:
@@ -428,7 +459,7 @@ class Runner:
                     self._keep(step, records[step.name])
         if failure:
             raise failure
-        if pending:
+        if pending and not self.held:
             raise ValueError(f"steps {sorted(pending)} wait on each other (a dependency cycle)")
         return records
 

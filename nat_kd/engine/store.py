@@ -93,6 +93,11 @@ class Store:
             raise StoreError(f"{path}: not a step record ({err}); restore it from git or delete it") from None
         return _from_placeholder(stored, self.study)
 
+    def records(self) -> dict[str, dict]:
+        """Every stored record, by step name."""
+        folder = self.root / "steps"
+        return {p.stem: self.record(p.stem) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
     def save(self, record: dict, work: Path, kept: Kept | None) -> None:
         """Store ``record`` and, with ``kept``, its archive of the work folder's files; unchanged files are not
         rewritten. An archive over MAX_FILE_BYTES is left out, with a warning: the step then counts as done

@@ -20,6 +20,7 @@ from nat_kd.launch.signals import submitit_warnings_once
 from nat_kd.engine.cluster import JobLauncher, check_resources, dry_run, job_notes, run_stoppable, submit_detached
 from .config import load, profile_names
 from nat_kd.engine.curve import progress_note
+from nat_kd.engine.estimate import hours
 from nat_kd.engine.runner import Runner, needed
 
 
@@ -43,6 +44,11 @@ def main(argv=None) -> int:
                    "each finished step's record and small outputs (distilled sets' targets, students' hypotheses; "
                    "never a checkpoint) are written there as it ends, and a step whose record there has the same "
                    "inputs is restored from it instead of run (docs/study.md, \"A study kept in git\")")
+    p.add_argument("--hours", type=float, metavar="H",
+                   help="start only the steps whose expected wall time fits in what is left of H hours, estimated "
+                        "from the finished steps of the same kind and shape (this study's, its --store's, the "
+                        "--reuse results'); the plan prints each step's estimate, and the run ends when no step "
+                        "left fits (a running step is not stopped)")
     p.add_argument("--list", action="store_true", help="list the steps and whether each is done; run nothing")
     p.add_argument("--only", metavar="STEP", action="append", default=[],
                    help="run only this step and the steps it needs (repeatable; the names --list prints)")
@@ -83,7 +89,7 @@ def _study(args, argv) -> int:
         submitit_warnings_once()
     runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, launcher=launcher,
                     reuse=tuple(map(Path, args.reuse)), canonical=settings_as_read,
-                    store=Path(args.store) if args.store else None)
+                    store=Path(args.store) if args.store else None, hours=args.hours)
     if args.dry_run:
         planned = needed(steps, args.only) if args.only else steps
         for line in dry_run(planned, runner, cluster, detach=args.detach and args.launcher == "slurm"):
@@ -103,7 +109,12 @@ def _study(args, argv) -> int:
     if args.results_only:
         records = runner.records(steps)
     else:
-        records = run_stoppable(runner, needed(steps, args.only) if args.only else steps, launcher)
+        planned = needed(steps, args.only) if args.only else steps
+        if args.hours is not None:
+            print(f"the plan in {args.hours:g} h, each step to run with its expected wall time:")
+            for line in plan_estimates(runner, planned):
+                print(line)
+        records = run_stoppable(runner, planned, launcher)
         if args.only:  # the results show every step done, not only those run now
             records = runner.records(steps)
     # the command that runs the study, also when --results-only re-renders it: results.md describes the study
@@ -117,7 +128,20 @@ def _study(args, argv) -> int:
         print(f"{len(records)} of {len(steps)} steps done, none run; results: {paths['markdown']}")
     else:
         print(f"ran {len(runner.ran)} step(s), {len(runner.skipped)} already done; results: {paths['markdown']}")
+    if runner.held:
+        held = ", ".join(f"{name} ({hours(seconds)})" for name, seconds in runner.held.items())
+        print(f"not started, for want of time within --hours {args.hours:g}: {held}; rerun to go on")
     return 0
+
+
+def plan_estimates(runner: Runner, steps) -> list[str]:
+    """One line a step that is not done: its state, its name and its expected wall time."""
+    states, records, lines = runner.states(steps), runner.records(steps), []
+    for step in steps:
+        if states[step.name] != "done":
+            expected = runner.estimate(step, {d: records[d] for d in step.deps if d in records})
+            lines.append(f"{states[step.name]:6}  {step.name}  {hours(expected)}")
+    return lines
 
 
 if __name__ == "__main__":
