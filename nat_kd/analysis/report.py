@@ -126,7 +126,7 @@ class Report:
         report as it was. ``out_dir`` must be absent, empty, or a report (``check_report_folder``)."""
         out_dir = Path(out_dir)
         check_report_folder(out_dir)
-        remove_stale_builds(out_dir)  # left by a run killed while it wrote
+        remove_stale_builds(out_dir.resolve())  # left by a run killed while it wrote ("." resolved: its own name)
         names = {"markdown": "report.md", "json": "report.json", "figure": "complexity_vs_faithfulness.png"}
         if self.languages:
             names["modes_figure"] = "mode_mix.png"
