@@ -24,7 +24,8 @@ class Training:
     bleu_every: int = 0
     patience: int = 0  # stop after this many BLEU measurements without a new best (0: train all updates)
     # glancing students (GLAT, CTC with glancing, DA-Transformer): the updates over which the glancing ratio
-    # anneals from its start to its end (0: the plugin's default, fairseq recipes' 200k updates)
+    # anneals from its start to its end (0: the family's default, the reference code's: GLAT's 300k updates,
+    # the DA-Transformer's 200k)
     glance_anneal_updates: int = 0
 
     def used_by(self, nat_family: str | None) -> Training:
