@@ -5,9 +5,10 @@
 
 A line takes the real target when any rule given says so: ``--bleu-below X`` / ``--chrf-below X`` (its
 sentence score against the reference, from the set's scores.tsv), ``--repeated`` (a repeated n-gram),
-``--logprob-below Y`` (the teacher's length-normalised log-probability), ``--evaluator CHECKPOINT
---distilled-share P`` (Selective KD: a NAT student decodes the sources, and only the best P of the lines by
-how close its output comes to the distilled target and the distilled target to the real one keep it); and
+``--logprob-below Y`` (the teacher's length-normalised log-probability), ``--judge CHECKPOINT
+--distilled-share P`` (a NAT student decodes the sources, and only the best P of the lines by how close its
+output comes to the distilled target and the distilled target to the real one keep it; not Selective KD, whose
+evaluator decides each batch during training: nat_kd.selective_kd); and
 ``--target-complexity C`` replaces further lines, worst first by ``--worst-by`` (sentence BLEU by default),
 until the mix's C(d) reaches C. The output is a distilled-set folder like the generator's (SPLIT.SRC, SPLIT.TGT, spm/, bin/
 ready for fairseq-train, scores.tsv with a ``replaced`` column, meta.json with the rule and the counts, and
@@ -49,9 +50,9 @@ class MixRule:
     repeated: bool = False
     target_complexity: float | None = None
     worst_by: str = "bleu"
-    # Selective KD (Liu et al., AAAI 2023): a NAT student checkpoint judges each distilled target, and only the
-    # best ``distilled_share`` of the lines keep it (SELECTIVE_SCORE)
-    evaluator: str | None = None
+    # a NAT student checkpoint judges each distilled target, and only the best ``distilled_share`` of the lines
+    # keep it (JUDGE_SCORE)
+    judge: str | None = None
     distilled_share: float | None = None
 
     def __str__(self) -> str:
@@ -59,8 +60,8 @@ class MixRule:
                  f"chrf<{self.chrf_below:g}" if self.chrf_below is not None else "",
                  f"logprob<{self.logprob_below:g}" if self.logprob_below is not None else "",
                  "repeated" if self.repeated else "",
-                 (f"outside the {self.distilled_share:.0%} best by the evaluator's score"
-                  if self.evaluator and self.distilled_share is not None else "")]
+                 (f"outside the {self.distilled_share:.0%} best by the judge's score"
+                  if self.judge and self.distilled_share is not None else "")]
         text = " or ".join(p for p in parts if p)
         if self.target_complexity is not None:
             text = ((f"({text}) then " if text else "")
@@ -68,19 +69,19 @@ class MixRule:
         return text or "none"
 
     def validate(self) -> None:
-        if (self.evaluator is None) != (self.distilled_share is None):
-            raise SettingsError("--evaluator and --distilled-share go together: a NAT student checkpoint, and the "
+        if (self.judge is None) != (self.distilled_share is None):
+            raise SettingsError("--judge and --distilled-share go together: a NAT student checkpoint, and the "
                                 "share of the lines (0 to 1) whose distilled targets it keeps")
         if str(self) == "none":
             raise SettingsError("no rule given: pass --bleu-below, --chrf-below, --logprob-below, --repeated, "
-                                "--evaluator with --distilled-share, or --target-complexity")
+                                "--judge with --distilled-share, or --target-complexity")
         if self.worst_by not in WORST_BY:
             raise SettingsError(f"--worst-by must be one of {', '.join(WORST_BY)}, not {self.worst_by!r}")
         if self.distilled_share is not None and not 0 < self.distilled_share <= 1:
             raise SettingsError(f"--distilled-share {self.distilled_share:g}: a share of the lines, more than 0 and at "
                                 "most 1")
-        if self.evaluator is not None and self.target_complexity is not None:
-            raise SettingsError("--evaluator and --target-complexity each decide how many lines take the real target: "
+        if self.judge is not None and self.target_complexity is not None:
+            raise SettingsError("--judge and --target-complexity each decide how many lines take the real target: "
                                 "give one of them")
 
     def threshold_masks(self, scores: SentenceScores) -> dict[str, np.ndarray]:
@@ -102,14 +103,14 @@ class MixRule:
         return np.concatenate([np.flatnonzero(chosen), rest])
 
 
-SELECTIVE_SCORE = ("(BLEU(the evaluator's output, distilled target) + BLEU(distilled target, real target)) / 2, "
+JUDGE_SCORE = ("(BLEU(the judge's output, distilled target) + BLEU(distilled target, real target)) / 2, "
                    "sentence BLEU")
 
 
-def selective_scores(evaluated: list[str], distilled: list[str], quality: np.ndarray) -> np.ndarray:
-    """Each line's Selective KD score: how close the evaluator's output comes to the distilled target (how
+def judge_scores(evaluated: list[str], distilled: list[str], quality: np.ndarray) -> np.ndarray:
+    """Each line's judge score: how close the judge's output comes to the distilled target (how
     learnable the target is for a NAT) and how close the distilled target comes to the real one (``quality``:
-    the set's sentence BLEU), averaged (SELECTIVE_SCORE)."""
+    the set's sentence BLEU), averaged (JUDGE_SCORE)."""
     learnable = SentenceScorer().score(evaluated, distilled)["bleu"]
     return (learnable + quality) / 2
 
@@ -122,26 +123,26 @@ def keep_best(scores: np.ndarray, share: float) -> np.ndarray:
     return kept
 
 
-def evaluator_outputs(checkpoint: str, distilled: DistilledSet, meta: dict, prepared: PreparedCorpus,
-                      work: Path) -> list[str]:
-    """The evaluator's translations of the set's sources, one a line ('' for the lines left out of bin/),
+def judge_outputs(checkpoint: str, distilled: DistilledSet, meta: dict, prepared: PreparedCorpus,
+                  work: Path) -> list[str]:
+    """The judge's translations of the set's sources, one a line ('' for the lines left out of bin/),
     decoded as the study decodes its students (fairseq-generate, the family's flags) and detokenized as the
     corpus."""
     from fairseq_plugins.models.nat import STUDENT_ARCHS
     from fairseq_plugins.teacher import read_checkpoint
     from nat_kd.engine.fairseq_jobs import translate
 
-    state = read_checkpoint(checkpoint, "--evaluator")
+    state = read_checkpoint(checkpoint, "--judge")
     arch = state["cfg"]["model"].arch if state.get("cfg") is not None else state["args"].arch
     if arch not in STUDENT_ARCHS:
-        raise SettingsError(f"--evaluator {checkpoint} is a {arch} model; give a nat-kd NAT student's checkpoint "
+        raise SettingsError(f"--judge {checkpoint} is a {arch} model; give a nat-kd NAT student's checkpoint "
                             "(kd_FAMILY_SIZE), e.g. a vanilla NAT trained on the real data")
     split, src, tgt = meta["split"], meta["source_lang"], meta["target_lang"]
     left_out = set(meta.get("files", {}).get("binarized_left_out_lines", []))
-    # a source the evaluator cannot take (longer than its positions) gets no output: an empty line, which
+    # a source the judge cannot take (longer than its positions) gets no output: an empty line, which
     # scores 0 and so keeps the real target
-    lines = translate(distilled.bin.root, Path(checkpoint), split, work / "evaluator.hyp", beam=1, max_tokens=8192,
-                      log=work / "evaluator.log", threads=1, tokenization=prepared.tokenization(),
+    lines = translate(distilled.bin.root, Path(checkpoint), split, work / "judge.hyp", beam=1, max_tokens=8192,
+                      log=work / "judge.log", threads=1, tokenization=prepared.tokenization(),
                       languages=(src, tgt), nat_family=STUDENT_ARCHS[arch][0],
                       sentences=meta["sentences"] - len(left_out))
     decoded = iter(lines)
@@ -281,17 +282,17 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
                           "line-aligned")
 
     masks = rule.threshold_masks(scores)
-    selective = None
-    if rule.evaluator is not None:
+    judged = None
+    if rule.judge is not None:
         if prepared_corpus is None:
-            raise SettingsError("--evaluator needs --prepared: the evaluator's outputs are detokenized as the corpus")
-        with tempfile.TemporaryDirectory(prefix=f"{out.root.name}.evaluator-", dir=out.root.parent) as work:
-            evaluated = evaluator_outputs(rule.evaluator, source_set, meta, prepared_corpus, Path(work))
-        combined = selective_scores(evaluated, distilled_text, scores["bleu"])
-        masks["selective"] = ~keep_best(combined, rule.distilled_share)
-        selective = {"evaluator": str(Path(rule.evaluator).resolve()), "evaluator_sha256": sha256_file(rule.evaluator),
-                     "share": rule.distilled_share, "score": SELECTIVE_SCORE,
-                     "kept": int((~masks["selective"]).sum()), "mean_score": round(float(combined.mean()), 4)}
+            raise SettingsError("--judge needs --prepared: the judge's outputs are detokenized as the corpus")
+        with tempfile.TemporaryDirectory(prefix=f"{out.root.name}.judge-", dir=out.root.parent) as work:
+            evaluated = judge_outputs(rule.judge, source_set, meta, prepared_corpus, Path(work))
+        combined = judge_scores(evaluated, distilled_text, scores["bleu"])
+        masks["judge"] = ~keep_best(combined, rule.distilled_share)
+        judged = {"judge": str(Path(rule.judge).resolve()), "judge_sha256": sha256_file(rule.judge),
+                  "share": rule.distilled_share, "score": JUDGE_SCORE,
+                  "kept": int((~masks["judge"]).sum()), "mean_score": round(float(combined.mean()), 4)}
     chosen = np.logical_or.reduce(list(masks.values())) if masks else np.zeros(len(scores), dtype=bool)
     search = None
     if rule.target_complexity is not None:
@@ -325,7 +326,7 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
                 "distilled": str(source_set.root.resolve()), "distilled_meta_sha256": sha256_file(source_set.meta_file),
                 "reference": str(Path(reference).resolve()),
                 "complexity_search": [[k, c] for k, c in search] if search else None,
-                **({"selective": selective} if selective else {})},
+                **({"judge": judged} if judged else {})},
         "nat_kd_version": __version__,
         "files": {"source": out.text(split, src).name, "target": out.text(split, tgt).name,
                   "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/",
@@ -361,12 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_argument("--target-complexity", type=float, metavar="C",
                        help="then replace the worst lines first until the mix's C(d) reaches C")
     rules.add_argument("--worst-by", choices=WORST_BY, default="bleu", help="what 'worst' means (default bleu)")
-    rules.add_argument("--evaluator", metavar="CHECKPOINT",
-                       help="Selective KD: a NAT student's checkpoint (kd_FAMILY_SIZE) decodes the sources, and only "
+    rules.add_argument("--judge", metavar="CHECKPOINT",
+                       help="a NAT student's checkpoint (kd_FAMILY_SIZE) decodes the sources, and only "
                             "the --distilled-share best lines by (BLEU(its output, distilled) + BLEU(distilled, real)) "
                             "/ 2 keep their distilled target (needs --prepared)")
     rules.add_argument("--distilled-share", type=float, metavar="P",
-                       help="with --evaluator: the share of the lines (0 to 1) that keep their distilled target")
+                       help="with --judge: the share of the lines (0 to 1) that keep their distilled target")
     cli.add_verbose_argument(p)
     return p
 
@@ -377,7 +378,7 @@ def main(argv=None) -> int:
 
     def body():
         rule = MixRule(args.bleu_below, args.chrf_below, args.logprob_below, args.repeated, args.target_complexity,
-                       args.worst_by, args.evaluator, args.distilled_share)
+                       args.worst_by, args.judge, args.distilled_share)
         meta = mix(args.distilled, args.out, rule, prepared=args.prepared, reference=args.reference,
                    spm_model=args.spm_model, name=args.name)
         m = meta["mix"]

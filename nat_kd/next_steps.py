@@ -33,11 +33,13 @@ DEFAULT_ARCH = "kd_nat_tiny"
 
 
 def student_commands(bin_dir: BinarizedData, tokenization, languages: tuple[str, str], save_dir: Path, *,
-                     arch: str, shape, updates: int | None, references: tuple[int, str] | None = None) -> list[str]:
+                     arch: str, shape, updates: int | None, references: tuple[int, str] | None = None,
+                     selective_kd: bool = False) -> list[str]:
     """fairseq-train of ``arch`` (``shape`` None: its own sizes) on ``bin_dir``, its checkpoints in ``save_dir``,
     then fairseq-generate of its best checkpoint on the test split; absolute paths, so that they run from any
     folder once the project's .venv is active. ``references`` (count, selection): a set of several references
-    a sentence (nat_kd.references), which the student's loss takes."""
+    a sentence (nat_kd.references), which the student's loss takes; ``selective_kd``: a Selective KD set
+    (nat_kd.selective_kd), its threshold rising over the run."""
     # imported here, not at the top: they import fairseq, which logs at import unless cli.setup_logging ran first
     from fairseq_plugins.models.nat import STUDENT_FAMILIES
 
@@ -60,8 +62,15 @@ def student_commands(bin_dir: BinarizedData, tokenization, languages: tuple[str,
         # glancing anneals over the same share of the run as in the profile (1,333 of 2,000 updates)
         share = training.glance_anneal_updates / training.updates
         training = replace(training, updates=updates, glance_anneal_updates=max(1, round(share * updates)))
+    criterion = None
+    if references:
+        criterion = {"references": references[0], "reference_selection": references[1]}
+        if references[1] == "ddrs":  # DDRS-NAT's schedule, 4 x 5,000 of 300,000 updates on the min alone, scaled
+            criterion |= {"ddrs_max_update": training.updates,
+                          "ddrs_save_interval_updates": round(training.updates * 5000 / 300000)}
     train = train_args(bin_dir.root.resolve(), save_dir.resolve(), arch=arch, shape=shape, training=training,
-                       nat_family=family, references=references)
+                       nat_family=family, references=criterion,
+                       selective_kd={"kd_threshold_updates": training.updates} if selective_kd else None)
     student = STUDENT_FAMILIES[family]
     generate = [bin_dir.root.resolve(), "--user-dir", ROOT / "fairseq_plugins", "--task", student.task,
                 *student.decode_flags, "--beam", 1, "--path", save_dir.resolve() / "checkpoint_best.pt",
@@ -98,9 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", help="LAYERSxWIDTH over the architecture's sizes (default 2x128, the studies' "
                                    "students), or 'arch' for its own")
     p.add_argument("--updates", type=int, help="updates to train (default 2000, the profile's)")
-    p.add_argument("--selection", choices=("min", "mean"), default="min",
-                   help="a set of several references a sentence (nat_kd.references): each sentence trained on the "
-                        "one it fits best (min, DDRS: the default) or on all of them (mean)")
+    p.add_argument("--selection", choices=("ddrs", "per-token-min", "per-token-mean"), default="ddrs",
+                   help="a set of several references a sentence (nat_kd.references): DDRS's annealed loss (the "
+                        "default, CTC students), or each sentence on the reference of lowest loss per token, or on "
+                        "all of them")
     return p
 
 
@@ -138,13 +148,14 @@ def main(argv=None) -> int:
         else:
             print(f"# {chosen['arch']} ({kind}) on {sets[0][1]}, and its twin on the real data; in a shell with the "
                   "project's .venv active (source .venv/bin/activate), train, then test:")
-        several = (DistilledSet(chosen["distilled"]).meta() or {}).get("references", {}).get("count") \
-            if chosen["distilled"] else None
+        meta = (DistilledSet(chosen["distilled"]).meta() or {}) if chosen["distilled"] else {}
+        several = meta.get("references", {}).get("count")
         for bin_dir, name in sets:
             references = (several, args.selection) if several and name != REAL else None
             print("\n".join(student_commands(bin_dir, tokenization, languages, args.out / f"{family}.{name}",
                                              arch=chosen["arch"], shape=shape, updates=args.updates,
-                                             references=references)))
+                                             references=references,
+                                             selective_kd="selective_kd" in meta and name != REAL)))
         return 0
 
     return cli.run(body)

@@ -194,11 +194,11 @@ def test_target_complexity_of_a_set_without_outputs_names_its_files(tiny_en_de, 
 
 
 @pytest.fixture(scope="module")
-def evaluator(tiny_en_de, tmp_path_factory):
-    """A micro vanilla NAT trained a few updates on the tiny corpus's real data: the Selective KD evaluator."""
+def judge(tiny_en_de, tmp_path_factory):
+    """A micro vanilla NAT trained a few updates on the tiny corpus's real data: the judge."""
     from conftest import MICRO_MODEL, ROOT, run_fairseq
 
-    save = tmp_path_factory.mktemp("evaluator")
+    save = tmp_path_factory.mktemp("judge")
     run_fairseq("train", tiny_en_de / "bin", "--user-dir", ROOT / "fairseq_plugins", "--task", "translation_lev",
                 "--criterion", "nat_loss", "--noise", "full_mask", "--pred-length-offset", "--arch", "kd_nat_tiny",
                 *MICRO_MODEL, "--optimizer", "adam", "--lr", "0.001", "--max-tokens", "2048",
@@ -208,9 +208,8 @@ def evaluator(tiny_en_de, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_selective_kd_keeps_the_distilled_targets_the_evaluator_scores_best(distilled, tiny_en_de, evaluator,
-                                                                            tmp_path):
-    """Liu et al.'s rule: the evaluator (a NAT) translates each source; a line's score is the mean of its
+def test_the_judge_rule_keeps_the_distilled_targets_the_judge_scores_best(distilled, tiny_en_de, judge, tmp_path):
+    """The judge (a NAT) translates each source; a line's score is the mean of its
     output's sentence BLEU against the distilled target and the distilled target's against the real one; the
     best 30% keep the distilled target. Checked against fairseq-generate and sacrebleu run here."""
     from conftest import ROOT, run_fairseq
@@ -219,7 +218,7 @@ def test_selective_kd_keeps_the_distilled_targets_the_evaluator_scores_best(dist
     kd, refs, targets = distilled
     flags = PreparedCorpus(tiny_en_de).tokenization().fairseq_flags("en", "de")
     printed = run_fairseq("generate", kd / "bin", "--user-dir", ROOT / "fairseq_plugins", "--task",
-                          "translation_lev", "--iter-decode-max-iter", "0", "--beam", "1", "--path", evaluator,
+                          "translation_lev", "--iter-decode-max-iter", "0", "--beam", "1", "--path", judge,
                           "--gen-subset", "valid", "--max-tokens", "8192", *flags)
     outputs = {int(line.split("\t")[0][2:]): line.split("\t")[2] for line in printed.splitlines()
                if line.startswith("D-")}
@@ -229,21 +228,21 @@ def test_selective_kd_keeps_the_distilled_targets_the_evaluator_scores_best(dist
                        + sacrebleu.sentence_bleu(targets[i], [refs[i]]).score) / 2 for i in range(N)])
     kept = np.zeros(N, dtype=bool)
     kept[np.argsort(-score, kind="stable")[:int(np.ceil(0.3 * N))]] = True
-    meta = mix(kd, tmp_path / "s", MixRule(evaluator=str(evaluator), distilled_share=0.3), prepared=str(tiny_en_de))
-    assert meta["mix"]["replaced"] == N - kept.sum() and meta["mix"]["selective"]["kept"] == kept.sum()
+    meta = mix(kd, tmp_path / "s", MixRule(judge=str(judge), distilled_share=0.3), prepared=str(tiny_en_de))
+    assert meta["mix"]["replaced"] == N - kept.sum() and meta["mix"]["judge"]["kept"] == kept.sum()
     assert lines(tmp_path / "s" / "valid.de") == [t if k else r for t, r, k in zip(targets, refs, kept)]
-    assert meta["mix"]["rule"] == "outside the 30% best by the evaluator's score"
-    assert meta["mix"]["selective"]["evaluator_sha256"] == sha256_file(evaluator)
+    assert meta["mix"]["rule"] == "outside the 30% best by the judge's score"
+    assert meta["mix"]["judge"]["judge_sha256"] == sha256_file(judge)
     card = json.loads((tmp_path / "s" / "card.json").read_text())
-    assert "outside the 30% best by the evaluator's score" in json.dumps(card)  # the card records the rule
+    assert "outside the 30% best by the judge's score" in json.dumps(card)  # the card records the rule
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--evaluator", "x.pt"], "--evaluator and --distilled-share go together"),
-    (["--evaluator", "x.pt", "--distilled-share", "1.5"], "--distilled-share 1.5: a share of the lines"),
-    (["--evaluator", "x.pt", "--distilled-share", "0.2", "--target-complexity", "1.0"], "give one of them"),
+    (["--judge", "x.pt"], "--judge and --distilled-share go together"),
+    (["--judge", "x.pt", "--distilled-share", "1.5"], "--distilled-share 1.5: a share of the lines"),
+    (["--judge", "x.pt", "--distilled-share", "0.2", "--target-complexity", "1.0"], "give one of them"),
 ])
-def test_a_selective_rule_that_cannot_work_is_refused_in_one_line(distilled, tiny_en_de, tmp_path, capsys, argv,
+def test_a_judge_rule_that_cannot_work_is_refused_in_one_line(distilled, tiny_en_de, tmp_path, capsys, argv,
                                                                   message):
     assert main(["--distilled", str(distilled[0]), "--prepared", str(tiny_en_de), "--out", str(tmp_path / "o"),
                  *argv]) == 2

@@ -1,6 +1,6 @@
-"""Several references a sentence (DDRS, Shao et al., NAACL 2022): the CTC student's selecting and averaging
-losses against the single-reference losses computed one by one, glancing at the selected reference, and the
-task's batches."""
+"""Several references a sentence: DDRS's annealed loss (Shao et al., NAACL 2022, as ictnlp/DDRS-NAT computes it)
+worked by hand and from the single-reference losses computed one by one; the per-token selecting and averaging
+losses against the same; glancing at the selected reference, and the task's batches."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -209,3 +209,112 @@ def test_the_da_transformer_glances_at_the_selected_reference_and_trains_on_it()
         best = min(candidates, key=candidates.get)
         reference = references[b, best]
         assert seen[0][b][:int(reference.ne(model.pad).sum())].tolist() == reference[reference.ne(model.pad)].tolist()
+
+
+# DDRS (ictnlp/DDRS-NAT, DDRSCriterion.curr_loss): per-sentence losses summed over tokens, annealed over t
+
+
+def test_ddrs_anneals_from_the_mean_through_the_log_sum_exp_to_the_minimum():
+    """Two sentences, two references each, losses and lengths chosen to be worked by hand:
+    mean = (2 + 6 + 3 + 1) / (2 + 4 + 3 + 1) = 1.2;
+    log-sum-exp = -(logsumexp(-2, -6) + logsumexp(-3, -1)) / ((2 + 4) / 2 + (3 + 1) / 2)
+                = ((2 - log(1 + e^-4)) + (1 - log(1 + e^-2))) / 5 = (1.9818511 + 0.8730719) / 5 = 0.5709846;
+    min = (2 + 1) / (2 + 1) = 1.0 (sentence 1 chooses its second reference, the shorter one).
+    t = 0.5: 0.75 lse + 0.25 mean = 0.7282385; t = 0.8: a = (0.8 - 2/3) / (1/3) = 0.4, 0.4 min + 0.6 lse =
+    0.7425908."""
+    from fairseq_plugins.criterions.multi_reference import ddrs_loss, ddrs_progress
+
+    nll = torch.tensor([[2.0, 6.0], [3.0, 1.0]], dtype=torch.float64)
+    lengths, fits = torch.tensor([[2, 4], [3, 1]]), torch.ones(2, 2, dtype=torch.bool)
+    # DDRS-NAT's recipe: 300,000 updates, a save every 5,000: t = update / 280,000
+    for update, expected in ((0, 1.2), (140_000, 0.7282385), (224_000, 0.7425908), (280_000, 1.0)):
+        t = ddrs_progress(update, 300_000, 5_000)
+        assert ddrs_loss(nll, lengths, fits, t).item() == pytest.approx(expected, abs=1e-6), t
+
+
+def _criterion(model, max_update, save_interval):
+    from types import SimpleNamespace
+
+    from fairseq_plugins.criterions.multi_reference import MultiReferenceNatLoss
+
+    return MultiReferenceNatLoss(SimpleNamespace(target_dictionary=model.tgt_dict), 0.0, "ddrs", max_update,
+                                 save_interval)
+
+
+def _sample(src, src_lengths, references):
+    return {"net_input": {"src_tokens": src, "src_lengths": src_lengths}, "target": references[:, 0],
+            "prev_target": references[:, 0], "references": references, "nsentences": src.size(0),
+            "ntokens": int(references[:, 0].ne(1).sum())}
+
+
+def test_ddrs_chooses_the_reference_of_lowest_summed_loss_through_the_criterion():
+    """With references of unequal lengths, DDRS's minimum (the summed loss, over the chosen references' summed
+    lengths) chooses otherwise than the lowest loss per token: here [0, 1, 0, 0] against [1, 2, 0, 0], both
+    worked out from the single-reference losses computed one sentence at a time. A reference no alignment
+    fits (sentence 3's second, 12 tokens for 8 positions: loss 0) is never chosen."""
+    torch.manual_seed(0)
+    model = build_model("kd_ctc_tiny", 40, **MICRO).eval()
+    src, src_lengths, references = _batch(model, LENGTHS, seed=2)
+    per_token = _one_by_one(model, src, src_lengths, references)
+    fitting = [{k: v for k, v in enumerate(row) if v is not None and (b, k) != (2, 1)}
+               for b, row in enumerate(per_token)]
+    summed = [{k: v * LENGTHS[b][k] for k, v in row.items()} for b, row in enumerate(fitting)]
+    by_sum = [min(row, key=row.get) for row in summed]
+    assert by_sum == [0, 1, 0, 0] and [min(row, key=row.get) for row in fitting] == [1, 2, 0, 0]
+    assert per_token[2][1] == 0.0  # would be the minimum were the unfit reference chosen
+    expected = sum(row[k] for row, k in zip(summed, by_sum)) / sum(LENGTHS[b][k] for b, k in enumerate(by_sum))
+    model.set_num_updates(140)  # t = 140 / (200 - 4 x 15) = 1: the minimum alone
+    loss, _, _ = _criterion(model, 200, 15)(model, _sample(src, src_lengths, references))
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_ddrs_annealed_loss_at_four_points_against_the_single_reference_losses():
+    """t = update / (200 - 4 x 15) at updates 0, 70, 112, 140 (t = 0, 0.5, 0.8, 1), the three batch losses
+    worked out in plain Python from the single-reference losses (summed over tokens)."""
+    import math
+
+    torch.manual_seed(0)
+    model = build_model("kd_ctc_tiny", 40, **MICRO).eval()
+    src, src_lengths, references = _batch(model, LENGTHS, seed=2)
+    per_token = _one_by_one(model, src, src_lengths, references)
+    rows = [[(v * LENGTHS[b][k], LENGTHS[b][k]) for k, v in enumerate(row) if v is not None and (b, k) != (2, 1)]
+            for b, row in enumerate(per_token)]
+    mean = sum(s for row in rows for s, _ in row) / sum(n for row in rows for _, n in row)
+    lse = (sum(-math.log(sum(math.exp(-s) for s, _ in row)) for row in rows)
+           / sum(sum(n for _, n in row) / len(row) for row in rows))
+    chosen = [min(row) for row in rows]
+    minimum = sum(s for s, _ in chosen) / sum(n for _, n in chosen)
+    criterion = _criterion(model, 200, 15)
+    for update, expected in ((0, mean), (70, 0.75 * lse + 0.25 * mean), (112, 0.4 * minimum + 0.6 * lse),
+                             (140, minimum)):
+        model.set_num_updates(update)
+        loss, _, _ = criterion(model, _sample(src, src_lengths, references))
+        assert loss.item() == pytest.approx(expected, rel=1e-5), update
+
+
+def test_ddrs_with_glancing_glances_at_each_reference_and_trains():
+    torch.manual_seed(0)
+    model = build_model("kd_glat_ctc_tiny", 40, **MICRO).train()
+    model.set_num_updates(0)  # glancing ratio 0.5
+    src, src_lengths, references = _batch(model, LENGTHS)
+    seen = []
+    glance = model.glance
+
+    def recording(*args):
+        seen.append(args[2].clone())
+        return glance(*args)
+
+    model.glance = recording
+    loss, _, _ = _criterion(model, 200, 15)(model, _sample(src, src_lengths, references))
+    assert len(seen) == 3 and torch.isfinite(loss)  # one glancing pass a reference
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_ddrs_is_refused_for_a_loss_without_per_sentence_ctc_losses():
+    model = build_model("kd_dat_tiny", 40, **DAT_MICRO).eval()
+    src, src_lengths, references = _batch(model, LENGTHS)
+    with pytest.raises(TypeError, match="--reference-selection ddrs: DATransformerModel has no per-sentence CTC loss"):
+        _criterion(model, 200, 15)(model, _sample(src, src_lengths, references))

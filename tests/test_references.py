@@ -137,7 +137,10 @@ def test_next_steps_prints_commands_that_train_a_student_on_every_reference(tiny
     printed = capsys.readouterr().out.splitlines()
     train, generate = shlex.split(printed[1]), shlex.split(printed[2])
     assert train[train.index("--references") + 1] == "3" and train[train.index("--criterion") + 1] == \
-        "multi_reference_nat_loss" and train[train.index("--reference-selection") + 1] == "min"
+        "multi_reference_nat_loss" and train[train.index("--reference-selection") + 1] == "ddrs"
+    # DDRS's schedule over the run's 3 updates: t = update / (3 - 4 x round(3 x 5000 / 300000))
+    assert (train[train.index("--ddrs-max-update") + 1], train[train.index("--ddrs-save-interval-updates") + 1]) == \
+        ("3", "0")
     assert "--references" not in printed[3]  # the twin on the real data: one reference a sentence
     sizes = dict(zip(MICRO_MODEL[::2], MICRO_MODEL[1::2]))
     train = [sizes.get(train[i - 1], word) if i else word for i, word in enumerate(train)]

@@ -1440,19 +1440,24 @@ def test_a_selective_kd_set_is_checked(tmp_path, change, message):
 
 
 def test_each_kd_method_is_judged_against_the_plain_set_it_was_made_from(tmp_path):
-    """The kd-methods profile's sets, by hand: a Selective KD mix and a DDRS references set each against the same
-    family's student on their plain beam set. A method whose seed-1 output says every reference where plain
-    KD's loses a third is better (p below 0.05, checked against sacrebleu's paired bootstrap run here), one that
-    loses a third is worse, and one whose seeds disagree with its seed-1 gap shows no difference."""
+    """The kd-methods profile's sets, by hand: the Selective KD set and the DDRS references set, each against the
+    same family's student on their plain beam set (and two mixes added here). A method whose seed-1 output says
+    every reference where plain KD's loses a third is better (p below 0.05, checked against sacrebleu's paired
+    bootstrap run here), one that loses a third is worse, and one whose seeds disagree with its seed-1 gap
+    shows no difference."""
+    from dataclasses import replace
+
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
+    from nat_kd.study.config import MixSpec
     from nat_kd.study.kd_methods import kd_methods_section, plain_sets
 
-    cfg = study_config.load("kd-methods")
-    assert plain_sets(cfg) == {"selective-5": "converged.beam", "selective-50": "converged.beam",
-                               "three-teachers": "converged.beam", "three-teachers-mean": "converged.beam",
-                               "union": "converged.beam"}
+    profile = study_config.load("kd-methods")
+    assert plain_sets(profile) == {"selective-kd": "converged.beam", "three-teachers": "converged.beam",
+                                   "union": "converged.beam"}
+    cfg = replace(profile, mixes=profile.mixes + tuple(MixSpec(name, "converged.beam", {"repeated": True})
+                                                       for name in ("elsewhere", "not-yet")))
     references = [f"ein hund nummer {i} läuft über die wiese" for i in range(30)]
     (tmp_path / "data" / "raw").mkdir(parents=True)
     (tmp_path / "data" / "raw" / "test.de").write_text("".join(r + "\n" for r in references), encoding="utf-8")
@@ -1467,29 +1472,29 @@ def test_each_kd_method_is_judged_against_the_plain_set_it_was_made_from(tmp_pat
             path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
             res[name]["test_hypotheses"] = str(path)
 
-    student("student.nat.converged.beam", 20.0, lossy)
-    student("student.nat.converged.beam.seed2", 20.4)
-    student("student.nat.selective-5", 22.0, full)   # better at seed 1, and in the means
-    student("student.nat.selective-5.seed2", 21.6)
-    student("student.nat.selective-50", 23.0, full)  # better at seed 1, worse in the means: no verdict
-    student("student.nat.selective-50.seed2", 16.0)
+    student("student.ctc.converged.beam", 20.0, lossy)
+    student("student.ctc.converged.beam.seed2", 20.4)
+    student("student.ctc.three-teachers", 22.0, full)   # better at seed 1, and in the means
+    student("student.ctc.three-teachers.seed2", 21.6)
+    student("student.ctc.union", 23.0, full)  # better at seed 1, worse in the means: no verdict
+    student("student.ctc.union.seed2", 16.0)
     student("student.glat_ctc.converged.beam", 25.0, full)
-    student("student.glat_ctc.three-teachers", 21.0, lossy)  # worse; its seed 2 not trained yet
-    student("student.glat_ctc.union", 24.0)  # no test output on this machine: no p, no verdict
-    student("student.glat_ctc.three-teachers-mean.seed2", 30.0)  # seed 1 missing: no row
+    student("student.glat_ctc.selective-kd", 21.0, lossy)  # worse; its seed 2 not trained yet
+    student("student.glat_ctc.elsewhere", 24.0)  # no test output on this machine: no p, no verdict
+    student("student.glat_ctc.not-yet.seed2", 30.0)  # seed 1 missing: no row
     text = "".join(kd_methods_section(cfg, res))
     rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): [c.strip() for c in line.strip("|").split("|")]
             for line in text.splitlines() if line.startswith("| ") and not line.startswith("| student")}
-    assert set(rows) == {("nat", "selective-5"), ("nat", "selective-50"), ("glat_ctc", "three-teachers"),
-                         ("glat_ctc", "union")}
+    assert set(rows) == {("ctc", "three-teachers"), ("ctc", "union"), ("glat_ctc", "selective-kd"),
+                         ("glat_ctc", "elsewhere")}
     test = PairedTest([("plain", lossy), ("method", full)], {"BLEU": BLEU()}, [references], test_type="bs",
                       n_samples=1000)
     p = test()[1]["BLEU"][1].p_value
     assert p < 0.05
     p = f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"  # the study's p cells: two significant digits below 0.001
-    assert rows[("nat", "selective-5")][2:] == ["converged.beam", "22.00, 21.60", "20.00, 20.40", "+1.60",
-                                                p, "better than plain KD"]
-    assert rows[("nat", "selective-50")][5:] == ["-0.70", p, "no difference shown"]
-    assert rows[("glat_ctc", "three-teachers")][3:] == ["21.00", "25.00", "-4.00", p, "worse than plain KD"]
-    assert rows[("glat_ctc", "union")][6:] == ["-", "no difference shown"]
+    assert rows[("ctc", "three-teachers")][2:] == ["converged.beam", "22.00, 21.60", "20.00, 20.40", "+1.60",
+                                                   p, "better than plain KD"]
+    assert rows[("ctc", "union")][5:] == ["-0.70", p, "no difference shown"]
+    assert rows[("glat_ctc", "selective-kd")][3:] == ["21.00", "25.00", "-4.00", p, "worse than plain KD"]
+    assert rows[("glat_ctc", "elsewhere")][6:] == ["-", "no difference shown"]
     assert kd_methods_section(study_config.load("capacity"), res) == []  # no method's set in that study

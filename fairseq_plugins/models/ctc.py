@@ -87,6 +87,24 @@ def ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, blank:
     return aligned, best_score
 
 
+def ctc_fits(targets, target_lengths, input_lengths):
+    """Whether some CTC alignment of each target fits its positions ([B] bool): its tokens plus a blank between
+    each two equal neighbours are no more than the positions. An empty target (a missing reference) does not."""
+    repeats = targets[:, 1:].eq(targets[:, :-1])
+    repeats &= torch.arange(1, targets.size(1), device=targets.device)[None, :] < target_lengths[:, None]
+    return (target_lengths > 0) & (target_lengths + repeats.sum(1) <= input_lengths)
+
+
+def ctc_alignment_accuracy(log_probs, input_lengths, targets, target_lengths, blank: int):
+    """Selective KD's evaluator score ([B]): the share of a sentence's positions whose argmax is the label
+    (token or blank) of the target's best alignment under ``log_probs``, as NJUNLP/SelectiveKD's
+    ``compute_acc``; 0 where no alignment fits the target (the evaluator cannot produce it at all)."""
+    aligned, score = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, blank)
+    positions = torch.arange(log_probs.size(1), device=log_probs.device)[None, :] < input_lengths[:, None]
+    agree = (log_probs.argmax(-1).eq(aligned) & positions).sum(1)
+    return torch.where(torch.isfinite(score), agree / input_lengths.clamp(min=1), 0.0)
+
+
 def ctc_fit(log_probs, input_lengths, targets, target_lengths, blank: int):
     """How well each target fits a pass's output: its CTC loss per target token ([B]), inf where no alignment
     fits it (ctc_nll's 0 for those would make them look the best)."""
@@ -136,12 +154,13 @@ class CTCNATModel(UpsampledStudent, Glancing, NATransformerModel):
         return {"ctc": {"loss": (nll / target_lengths.clamp(min=1)).mean(), "factor": 1.0}}
 
     def forward_references(self, src_tokens, src_lengths, references, selection: str):
-        """The loss over several references per sentence (``references`` [B, K, T], each framed <s> ... </s>,
-        all padding where a line has fewer): with ``selection`` "min", each sentence is trained on the
-        reference its first pass fits best (lowest CTC loss per token: DDRS's selection; a reference no
-        alignment fits is never chosen), glancing at that reference; with "mean", on every reference, each with
-        its own glancing, the losses averaged. Without glancing, "min" is the per-sentence minimum of the
-        single-reference losses, each as ``forward`` computes it."""
+        """The per-token losses over several references per sentence (``references`` [B, K, T], each framed
+        <s> ... </s>, all padding where a line has fewer): with ``selection`` "min", each sentence is trained on
+        the reference its first pass gives the lowest CTC loss per token (not DDRS's choice, which compares the
+        summed losses: ``reference_nll``; a reference no alignment fits is never chosen), glancing at that
+        reference; with "mean", on every reference, each with its own glancing, the per-token losses averaged.
+        Without glancing, "min" is the per-sentence minimum of the single-reference losses, each as ``forward``
+        computes it."""
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
         inputs, input_lengths = self._inputs(src_tokens)
         framed = [self._targets(references[:, k]) for k in range(references.size(1))]
@@ -169,6 +188,36 @@ class CTCNATModel(UpsampledStudent, Glancing, NATransformerModel):
         targets, target_lengths = select_references(framed, chosen, self.pad)
         nll = self._trained_nll(encoder_out, inputs, input_lengths, targets, target_lengths, log_probs)
         return {"ctc": {"loss": (nll / target_lengths.clamp(min=1)).mean(), "factor": 1.0}}
+
+    def reference_nll(self, src_tokens, src_lengths, references):
+        """DDRS's inputs (criterions/multi_reference.py): each sentence's CTC loss summed over its tokens against
+        each of its references ([B, K]; 0 where none fits), the references' lengths ([B, K]) and whether an
+        alignment fits each ([B, K]; a missing reference does not). Without glancing one pass scores them all;
+        with it, each reference is glanced at, from one shared first pass, on a trained pass of its own."""
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        inputs, input_lengths = self._inputs(src_tokens)
+        framed = [self._targets(references[:, k]) for k in range(references.size(1))]
+        glancing = self.current_glance_ratio() > 0
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not glancing):
+            log_probs = F.log_softmax(self.decoder(normalize=False, prev_output_tokens=inputs,
+                                                   encoder_out=encoder_out).float(), -1)
+        if glancing:
+            nll = [self._trained_nll(encoder_out, inputs, input_lengths, targets, lengths, log_probs)
+                   for targets, lengths in framed]
+        else:
+            nll = [ctc_nll(log_probs, input_lengths, targets, lengths, self.bos) for targets, lengths in framed]
+        fits = [ctc_fits(targets, lengths, input_lengths) for targets, lengths in framed]
+        return torch.stack(nll, 1), torch.stack([lengths for _, lengths in framed], 1), torch.stack(fits, 1)
+
+    def alignment_accuracy(self, src_tokens, src_lengths, tgt_tokens):
+        """Selective KD's evaluator score of each sentence on ``tgt_tokens`` (framed <s> ... </s>), from one
+        pass without glancing (``ctc_alignment_accuracy``)."""
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        inputs, input_lengths = self._inputs(src_tokens)
+        targets, target_lengths = self._targets(tgt_tokens)
+        log_probs = F.log_softmax(self.decoder(normalize=False, prev_output_tokens=inputs,
+                                               encoder_out=encoder_out).float(), -1)
+        return ctc_alignment_accuracy(log_probs, input_lengths, targets, target_lengths, self.bos)
 
     def _inputs(self, src_tokens):
         inputs = upsampled_inputs(src_tokens, self.args.upsample_factor, self.unk, self.pad)

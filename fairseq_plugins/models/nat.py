@@ -35,9 +35,9 @@ class StudentFamily:
     # its loss smooths toward the uniform distribution with --label-smoothing; the losses summed over
     # alignments or paths (CTC, DAG) have no one target per position to smooth, and refuse a non-zero value
     label_smoothing: bool = True
-    # its loss is a sentence's, over a whole reference: it learns from several a sentence (forward_references;
-    # --criterion multi_reference_nat_loss)
-    references: bool = False
+    # its loss is a sentence's, over a whole reference: it learns from several a sentence, with these
+    # --reference-selection values of --criterion multi_reference_nat_loss (empty: one reference a sentence)
+    references: tuple = ()
 
 
 STUDENT_FAMILIES = {
@@ -85,14 +85,15 @@ STUDENT_FAMILIES = {
         "ctc_nat", ctc_base_architecture,
         ("--noise", "full_mask"),
         ("--iter-decode-max-iter", "0"),
-        label_smoothing=False, references=True,
+        label_smoothing=False, references=("ddrs", "per-token-min", "per-token-mean"),
     ),
     # CTC NAT with glancing on its best alignment (Gu & Kong 2021)
     "glat_ctc": StudentFamily(
         "ctc_nat", glat_ctc_base_architecture,
         ("--noise", "full_mask"),
         ("--iter-decode-max-iter", "0"),
-        task="kd_translation_lev", glancing=True, label_smoothing=False, references=True,
+        task="kd_translation_lev", glancing=True, label_smoothing=False,
+        references=("ddrs", "per-token-min", "per-token-mean"),
     ),
     # NAT-CRF (Sun et al. 2019): vanilla NAT with a low-rank CRF over its outputs, Viterbi in one pass
     "nacrf": StudentFamily(
@@ -108,7 +109,8 @@ STUDENT_FAMILIES = {
         "dat", dat_base_architecture,
         ("--noise", "no_noise", "--upsample-factor", "4"),
         ("--iter-decode-max-iter", "0"),
-        task="kd_translation_lev", glancing=True, label_smoothing=False, references=True,
+        task="kd_translation_lev", glancing=True, label_smoothing=False,
+        references=("per-token-min", "per-token-mean"),
     ),
 }
 

@@ -120,25 +120,34 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
 
 def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, training: Training,
                nat_family: str | None, seed: int = 1, gpus: int = 0, fp16: bool = False, save_updates: int = 0,
-               log_interval: int = 50, references: tuple[int, str] | None = None) -> list:
+               log_interval: int = 50, references: dict | None = None, selective_kd: dict | None = None) -> list:
     """fairseq-train's arguments for an AT teacher (``nat_family`` None) or a NAT student of the study;
-    ``shape`` None keeps the architecture's own sizes; ``references`` (count, selection): a set of several
-    references a sentence (nat_kd.references), which the student's loss takes (StudentFamily.references)."""
+    ``shape`` None keeps the architecture's own sizes. ``references``: a set of several references a sentence
+    (nat_kd.references), which the student's loss takes (StudentFamily.references), with these settings of
+    multi_reference_nat_loss (``references``, ``reference_selection``, DDRS's schedule); ``selective_kd``: a
+    Selective KD set (nat_kd.selective_kd), with these settings of selective_kd_translation_lev (the threshold's)."""
     # save_updates: a checkpoint_last.pt every N updates too (a requeued cluster job resumes from it); of the
     # checkpoints fairseq then also names by their update, only the latest is kept
     saves = ["--save-interval-updates", save_updates, "--keep-interval-updates", 1] if save_updates else []
     if training.bleu_every:  # a learning curve's chunk (curve.py): fairseq's --save-interval counts epochs, and
         saves += ["--save-interval", NO_EPOCH_SAVES]  # a run that never reaches it saves at its own end only
     training = training.used_by(nat_family)
-    if nat_family and references:
+    if nat_family:
         family = STUDENT_FAMILIES[nat_family]
-        if not family.references:
-            raise ValueError(f"{nat_family} students take one reference a sentence, not a set of {references[0]}")
-        task = ["--task", "kd_translation_lev", "--references", references[0], "--criterion",
-                "multi_reference_nat_loss", "--reference-selection", references[1], *family.train_flags]
-    elif nat_family:
-        family = STUDENT_FAMILIES[nat_family]
-        task = ["--task", family.task, "--criterion", "nat_loss", *family.train_flags]
+        if references:
+            selection = references["reference_selection"]
+            if not family.references:
+                raise ValueError(f"{nat_family} students take one reference a sentence, not a set of "
+                                 f"{references['references']}")
+            if selection not in family.references:
+                raise ValueError(f"{nat_family} students take --reference-selection {' or '.join(family.references)}, "
+                                 f"not {selection}")
+            task = ["--task", "kd_translation_lev", "--criterion", "multi_reference_nat_loss", *_flags(references)]
+        elif selective_kd:
+            task = ["--task", "selective_kd_translation_lev", "--criterion", "nat_loss", *_flags(selective_kd)]
+        else:
+            task = ["--task", family.task, "--criterion", "nat_loss"]
+        task += family.train_flags
         if training.glance_anneal_updates:
             task += ["--glance-anneal-updates", training.glance_anneal_updates]
     else:
@@ -154,6 +163,11 @@ def train_args(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | N
             "--max-update", training.updates, *validate, "--save-dir", save_dir, "--no-epoch-checkpoints", *saves,
             "--seed", seed, *distributed, *(["--fp16"] if fp16 else []),
             "--log-format", "simple", "--log-interval", log_interval, "--no-progress-bar", "--num-workers", 0]
+
+
+def _flags(settings: dict) -> list:
+    """fairseq options from their dataclass field names: ``{"kd_threshold": 0.4}`` is ``--kd-threshold 0.4``."""
+    return [item for key, value in settings.items() for item in (f"--{key.replace('_', '-')}", value)]
 
 
 _UPDATES = re.compile(r"\bnum_updates[=\s]+(\d+)")
@@ -233,7 +247,7 @@ def resumed_from(save_dir: Path) -> list[int]:
 
 def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, training: Training, log: Path,
           threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0, fp16: bool = False,
-          save_updates: int = 0, references: tuple[int, str] | None = None) -> Path:
+          save_updates: int = 0, references: dict | None = None, selective_kd: dict | None = None) -> Path:
     """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
     validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
     node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself. A run
@@ -247,7 +261,8 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, 
     count_repeated_updates(save_dir, log)
     run_logged("fairseq_cli.train", train_args(bin_dir, save_dir, arch=arch, shape=shape, training=training,
                                                nat_family=nat_family, seed=seed, gpus=gpus, fp16=fp16,
-                                               save_updates=save_updates, references=references), log, threads)
+                                               save_updates=save_updates, references=references,
+                                               selective_kd=selective_kd), log, threads)
     best = save_dir / "checkpoint_best.pt"
     if not best.is_file():
         raise RuntimeError(f"fairseq-train wrote no {best}")

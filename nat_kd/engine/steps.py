@@ -121,15 +121,15 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
     bin_dir = (DistilledSet(ctx.results[data]["dir"]).bin if data else prepared.bin).root
     shape_, training_ = ModelSize(**shape) if shape else None, Training(**training)
     save_dir = ctx.work / "checkpoints"
-    # a set of several references a sentence: the student's loss takes them all (references_step)
-    several = ctx.results[data].get("references") if data else None
-    targets = (several, ctx.results[data]["selection"]) if several else None
+    # a set of several references a sentence: the student's loss takes them all (references_step); a Selective KD
+    # set: its task picks each line's target per batch (selective_kd_step)
+    made = ctx.results[data] if data else {}
+    references, selective_kd = made.get("criterion"), made.get("selective_kd")
 
     def train(budget: Training) -> Path:
         return jobs.train(bin_dir, save_dir, arch=arch, shape=shape_, training=budget, log=ctx.log,
                           threads=ctx.threads, nat_family=nat_family, seed=seed, gpus=ctx.gpus, fp16=ctx.fp16,
-                          references=targets,
-                          save_updates=ctx.save_updates)
+                          references=references, selective_kd=selective_kd, save_updates=ctx.save_updates)
 
     result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)),
               "shape": shape_.label if shape_ else arch, "seed": seed}
@@ -228,13 +228,13 @@ def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, 
 
 
 def mix_step(ctx: StepContext, *, prepare: str, of: str, rule: dict, name: str, tgt: str) -> dict:
-    """nat_kd.mix: the distilled set ``of`` with the lines its rule picks taking the real target; a Selective KD
-    rule's evaluator is a student step of the study, whose checkpoint judges the lines."""
+    """nat_kd.mix: the distilled set ``of`` with the lines its rule picks taking the real target; a judge rule's
+    judge is a student step of the study, whose checkpoint judges the lines."""
     from nat_kd.mix import MixRule, mix
 
     out = DistilledSet(ctx.work / "data")
-    if rule.get("evaluator"):
-        rule = {**rule, "evaluator": ctx.results[rule["evaluator"]]["checkpoint"]}
+    if rule.get("judge"):
+        rule = {**rule, "judge": ctx.results[rule["judge"]]["checkpoint"]}
     meta = mix(ctx.results[of]["dir"], out.root, MixRule(**rule), prepared=ctx.results[prepare]["dir"], name=name)
     source = ctx.results[of]
     return {"dir": str(out.root), "name": name, "strategy": f"{source['strategy']}+mix", "teacher": source["teacher"],
@@ -243,11 +243,11 @@ def mix_step(ctx: StepContext, *, prepare: str, of: str, rule: dict, name: str, 
             "bleu_vs_reference": meta["scores"].get("bleu")}
 
 
-def references_step(ctx: StepContext, *, prepare: str, sets: list[str], union: bool, selection: str, name: str,
-                    tgt: str) -> dict:
-    """nat_kd.references: the distilled sets ``sets`` as one set of several references a sentence (each
-    sentence trained on the one it fits best, or on all: ``selection``), or with ``union`` their pairs one
-    after the other."""
+def references_step(ctx: StepContext, *, prepare: str, sets: list[str], union: bool, name: str, tgt: str,
+                    criterion: dict | None = None) -> dict:
+    """nat_kd.references: the distilled sets ``sets`` as one set of several references a sentence, which the
+    students train on with ``criterion``'s multi_reference_nat_loss settings (ReferencesSpec.criterion), or
+    with ``union`` their pairs one after the other."""
     from nat_kd.distill.references import build, reference_file
 
     out = DistilledSet(ctx.work / "data")
@@ -261,7 +261,24 @@ def references_step(ctx: StepContext, *, prepare: str, sets: list[str], union: b
             "teacher": ctx.results[sets[0]]["teacher"], "outputs": [str(t) for t in texts],
             "sentences": meta["sentences"], "bleu_vs_reference": meta.get("scores", {}).get("bleu"),
             "mean_pairwise_bleu": record["mean_pairwise_bleu"],
-            **({} if union else {"references": len(sets), "selection": selection})}
+            **({} if union else {"criterion": criterion})}
+
+
+def selective_kd_step(ctx: StepContext, *, prepare: str, of: str, selective_kd: dict, name: str) -> dict:
+    """nat_kd.selective_kd: the distilled set ``of`` with its raw targets and the accuracy on each of the
+    evaluator (a student step of the study, ``selective_kd["evaluator"]``); its students train with the
+    threshold settings of ``selective_kd`` (the rest)."""
+    from nat_kd.selective_kd import build
+
+    out = DistilledSet(ctx.work / "data")
+    settings = dict(selective_kd)
+    evaluator = ctx.results[settings.pop("evaluator")]["checkpoint"]
+    meta = build(ctx.results[of]["dir"], out.root, evaluator, ctx.results[prepare]["dir"], name=name)
+    record, source = meta["selective_kd"], ctx.results[of]
+    return {"dir": str(out.root), "name": name, "strategy": meta["strategy"], "teacher": source["teacher"],
+            "selective_kd": settings, "mean_accuracy": record["mean_accuracy"],
+            "outputs": [str(out.root / record["accuracy_file"])], "sentences": meta["sentences"],
+            "bleu_vs_reference": source.get("bleu_vs_reference")}
 
 
 def _turns(systems: list[str], round_: int) -> list[str]:

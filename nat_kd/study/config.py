@@ -50,22 +50,35 @@ class DistillSpec:
 
 @dataclass(frozen=True)
 class MixSpec:
-    """[[mixes]]: a training set made by nat_kd.mix from a distilled set (its name is the set's label)."""
+    """[[mixes]]: a training set made from a distilled set (its name is the set's label): by nat_kd.mix, or with
+    ``evaluator`` a Selective KD set (nat_kd.selective_kd), whose students pick each line's target per batch."""
     name: str
     of: str  # the distilled set it mixes, by its label (TEACHER.STRATEGY)
-    rule: dict  # nat_kd.mix.MixRule fields
+    rule: dict  # nat_kd.mix.MixRule fields ({} for a Selective KD set)
+    # Selective KD: evaluator (a CTC student of the study) and the threshold's settings given, the fields of
+    # fairseq_plugins.tasks.SelectiveKdConfig (the others its defaults)
+    selective_kd: dict | None = None
 
 
 @dataclass(frozen=True)
 class ReferencesSpec:
     """[[references]]: a training set made from several distilled sets of the same sources (its name is the
     set's label): every line with each set's target, for students that take several references a sentence
-    (``selection``: DDRS's "min" or "mean"), or with ``union`` the sets' pairs one after the other, one target a
-    line (plain KD on all of them)."""
+    (``selection``: multi_reference_nat_loss's --reference-selection, DDRS's "ddrs" with its schedule's
+    ``ddrs_max_update`` and ``ddrs_save_interval_updates``, None for the criterion's defaults), or with
+    ``union`` the sets' pairs one after the other, one target a line (plain KD on all of them)."""
     name: str
     of: tuple[str, ...]  # the distilled sets, by their labels (TEACHER.STRATEGY), the first the main reference
     union: bool = False
-    selection: str = "min"
+    selection: str = "ddrs"
+    ddrs_max_update: int | None = None
+    ddrs_save_interval_updates: int | None = None
+
+    def criterion(self) -> dict:
+        """The student's multi_reference_nat_loss settings (flag names with underscores)."""
+        ddrs = {k: getattr(self, k) for k in ("ddrs_max_update", "ddrs_save_interval_updates")
+                if getattr(self, k) is not None}
+        return {"references": len(self.of), "reference_selection": self.selection, **ddrs}
 
 
 @dataclass(frozen=True)
@@ -388,7 +401,8 @@ def _modes(section: dict | None, vocab_size: int) -> dict | None:
 
 
 def _mixes(entries: list, distilled: set[str]) -> tuple[MixSpec, ...]:
-    """[[mixes]]: name, of (a distilled set's label) and the nat_kd.mix rule's keys."""
+    """[[mixes]]: name, of (a distilled set's label) and the nat_kd.mix rule's keys, or Selective KD's
+    (evaluator and the threshold's settings)."""
     from nat_kd.mix import MixRule
 
     rule_keys = {f.name for f in fields(MixRule)}
@@ -399,10 +413,13 @@ def _mixes(entries: list, distilled: set[str]) -> tuple[MixSpec, ...]:
         of = _take(entry, "of", MISSING, f"{where} {name}", str)
         if of not in distilled:
             raise ConfigError(f"{where} {name}: of = '{of}' is not a distilled set ({', '.join(sorted(distilled))})")
+        if "evaluator" in entry:
+            out.append(MixSpec(name, of, {}, _selective_kd(entry, f"{where} {name}")))
+            continue
         unknown = set(entry) - rule_keys
         if unknown:
             raise ConfigError(f"{where} {name}: unknown key(s) {', '.join(sorted(unknown))}; a mix takes name, of "
-                              f"and the rule's keys ({', '.join(sorted(rule_keys))})")
+                              f"and the rule's keys ({', '.join(sorted(rule_keys))}), or Selective KD's evaluator")
         try:
             MixRule(**entry).validate()
         except NatKdError as err:
@@ -414,8 +431,29 @@ def _mixes(entries: list, distilled: set[str]) -> tuple[MixSpec, ...]:
     return tuple(out)
 
 
+def _selective_kd(entry: dict, where: str) -> dict:
+    """A Selective KD [[mixes]] entry's evaluator and threshold settings (SelectiveKdConfig's fields), checked."""
+    from fairseq_plugins.tasks import SelectiveKdConfig
+
+    own = {f.name: f.type for f in fields(SelectiveKdConfig) if f.name.startswith("kd_threshold")}
+    unknown = set(entry) - {"evaluator", *own}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; a Selective KD set takes evaluator "
+                          f"and {', '.join(sorted(own))}")
+    settings = {"evaluator": _take(entry, "evaluator", MISSING, where, str)}
+    for key, kind in own.items():
+        if key in entry:
+            settings[key] = _take(entry, key, MISSING, where, float if kind in (float, "float") else int)
+    if settings.get("kd_threshold_updates", 1) <= 0:
+        raise ConfigError(f"{where}: kd_threshold_updates = {settings['kd_threshold_updates']}: the update at which "
+                          "the threshold has risen by its offset, above 0")
+    return settings
+
+
 def _references(entries: list, distilled: set[str], taken: set[str]) -> tuple[ReferencesSpec, ...]:
-    """[[references]]: name, of (two distilled sets' labels or more), union, selection."""
+    """[[references]]: name, of (two distilled sets' labels or more), union, selection and DDRS's schedule."""
+    from fairseq_plugins.criterions.multi_reference import SELECTIONS
+
     out = []
     for entry in entries:
         entry, where = dict(entry), "[[references]]"
@@ -427,11 +465,14 @@ def _references(entries: list, distilled: set[str], taken: set[str]) -> tuple[Re
         for label in spec.of:
             if label not in distilled:
                 raise ConfigError(f"{where}: '{label}' is not a distilled set ({', '.join(sorted(distilled))})")
-        if spec.selection not in ("min", "mean"):
-            raise ConfigError(f"{where}: selection = {spec.selection!r}: 'min' (DDRS: each sentence on the reference "
-                              "it fits best) or 'mean'")
-        if spec.union and "selection" in entry:
-            raise ConfigError(f"{where}: union = true makes one reference a line: drop selection")
+        if spec.selection not in SELECTIONS:
+            raise ConfigError(f"{where}: selection = {spec.selection!r}: {', '.join(map(repr, SELECTIONS))} (ddrs: DDRS's "
+                              "annealed loss; the others per token, not DDRS's)")
+        if spec.union and {"selection", "ddrs_max_update", "ddrs_save_interval_updates"} & set(entry):
+            raise ConfigError(f"{where}: union = true makes one reference a line: drop selection and the ddrs keys")
+        if spec.selection != "ddrs" and {"ddrs_max_update", "ddrs_save_interval_updates"} & set(entry):
+            raise ConfigError(f"{where}: ddrs_max_update and ddrs_save_interval_updates are DDRS's schedule: give them "
+                              "with selection = 'ddrs'")
         out.append(spec)
     names = [r.name for r in out]
     if len(set(names)) != len(names) or set(names) & taken:
@@ -442,31 +483,42 @@ def _references(entries: list, distilled: set[str], taken: set[str]) -> tuple[Re
 
 def _check_references_learners(references: tuple[ReferencesSpec, ...], student_sets: dict,
                                 families: tuple[str, ...], labels: list[str]) -> None:
-    """Only families whose loss takes several references a sentence learn from such a set."""
+    """Only families whose loss takes several references a sentence, with the set's selection, learn from such a
+    set."""
     from fairseq_plugins.models.nat import STUDENT_FAMILIES
 
-    several = {r.name for r in references if not r.union}
     for family in families:
-        learns = set(student_sets.get(family, labels)) & several
-        if learns and not STUDENT_FAMILIES[family].references:
+        learns = [r for r in references if not r.union and r.name in student_sets.get(family, labels)]
+        takes = STUDENT_FAMILIES[family].references
+        if learns and not takes:
             takers = ", ".join(f for f, spec in STUDENT_FAMILIES.items() if spec.references)
             raise ConfigError(f"[students]: {family} students take one reference a sentence, not the set(s) "
-                              f"{', '.join(sorted(learns))}: give them their own sets, [students] sets = "
-                              f"{{{family} = [...]}} (families that take several: {takers})")
+                              f"{', '.join(sorted(r.name for r in learns))}: give them their own sets, [students] sets "
+                              f"= {{{family} = [...]}} (families that take several: {takers})")
+        for r in learns:
+            if r.selection not in takes:
+                raise ConfigError(f"[[references]] {r.name}: selection = {r.selection!r}, which {family} students do "
+                                  f"not take ({', '.join(takes)}): give them another set, or another selection")
 
 
 def _check_evaluators(mixes: tuple[MixSpec, ...], student_sets: dict, families: tuple[str, ...],
                       labels: list[str]) -> None:
-    """A Selective KD mix's evaluator is a student step of the plan (student.FAMILY.SET) that learns from
-    something else than the mix itself."""
+    """A mix's judge, or a Selective KD set's evaluator, is a student step of the plan (student.FAMILY.SET) that
+    learns from something else than the mix itself; Selective KD's is a CTC student."""
+    from nat_kd.selective_kd import EVALUATOR_FAMILIES
+
     students = {f"student.{family}.{label}" for family in families for label in student_sets.get(family, labels)}
     for m in mixes:
-        evaluator = m.rule.get("evaluator")
-        if evaluator is None:
+        key, step = ("evaluator", m.selective_kd["evaluator"]) if m.selective_kd else ("judge", m.rule.get("judge"))
+        if step is None:
             continue
-        if evaluator not in students or evaluator.endswith(f".{m.name}"):
-            raise ConfigError(f"[[mixes]] {m.name}: evaluator = {evaluator!r} is not a student of this study on another "
-                              f"set (student.FAMILY.SET, e.g. student.{families[0]}.real)")
+        if step not in students or step.endswith(f".{m.name}"):
+            raise ConfigError(f"[[mixes]] {m.name}: {key} = {step!r} is not a student of this study on another set "
+                              f"(student.FAMILY.SET, e.g. student.{families[0]}.real)")
+        if m.selective_kd and step.split(".")[1] not in EVALUATOR_FAMILIES:
+            raise ConfigError(f"[[mixes]] {m.name}: evaluator = {step!r}: Selective KD's evaluator is a CTC student "
+                              f"({', '.join(EVALUATOR_FAMILIES)}), as the authors' GLAT+CTC, e.g. "
+                              f"student.glat_ctc.{m.of}")
 
 
 def _seed_sets(value: list | dict, families: tuple[str, ...], labels: list[str], where: str) -> dict:

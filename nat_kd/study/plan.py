@@ -10,8 +10,8 @@ from pathlib import Path
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.engine.runner import Step
 from nat_kd.engine.steps import (TEACHER_ARCH, analysis_step, distil_step, kept_hypotheses, kept_set, mix_step,
-                                 modes_step, prepare_step, rebuild_set, references_step, speed_step, student_arch,
-                                 student_step, train_step, training_settings, training_speed_step)
+                                 modes_step, prepare_step, rebuild_set, references_step, selective_kd_step, speed_step,
+                                 student_arch, student_step, train_step, training_settings, training_speed_step)
 
 from .config import ConfigError, StudyConfig
 
@@ -42,7 +42,8 @@ class _Planner:
         several = [f"references.{r.name}" for r in cfg.references]
         self.data_step = dict(zip(cfg.data_labels(), [None, *self.set_steps, *several]))  # a set's label -> its step
         # the analysis measures a union set (its pairs are a training set of their own); a set of several
-        # references is its first set's, analysed as that
+        # references is its first set's, analysed as that, and a Selective KD set its distilled set's
+        self.set_steps = [s for s in self.set_steps if s not in {f"mix.{m.name}" for m in cfg.mixes if m.selective_kd}]
         self.set_steps += [f"references.{r.name}" for r in cfg.references if r.union]
 
     def add(self, step_name, kind, fn, deps=(), where: dict | None = None, budget=(), in_driver=False, keep=None,
@@ -110,13 +111,19 @@ class _Planner:
         """The mixes of the distilled sets with the real data (nat_kd.mix), then the analysis of every set."""
         cfg = self.cfg
         for m in cfg.mixes:
-            evaluator = [m.rule["evaluator"]] if m.rule.get("evaluator") else []
-            self.add(f"mix.{m.name}", "mix", mix_step, ["prepare", f"distil.{m.of}", *evaluator], prepare="prepare",
+            if m.selective_kd:
+                self.add(f"mix.{m.name}", "mix", selective_kd_step, ["prepare", f"distil.{m.of}",
+                                                                     m.selective_kd["evaluator"]],
+                         prepare="prepare", of=f"distil.{m.of}", selective_kd=m.selective_kd, name=m.name)
+                continue
+            judge = [m.rule["judge"]] if m.rule.get("judge") else []
+            self.add(f"mix.{m.name}", "mix", mix_step, ["prepare", f"distil.{m.of}", *judge], prepare="prepare",
                      of=f"distil.{m.of}", rule=m.rule, name=m.name, tgt=cfg.tgt)
         for r in cfg.references:
             sets = [f"distil.{label}" for label in r.of]
+            several = {} if r.union else {"criterion": r.criterion()}
             self.add(f"references.{r.name}", "mix", references_step, ["prepare", *sets], prepare="prepare", sets=sets,
-                     union=r.union, selection=r.selection, name=r.name, tgt=cfg.tgt)
+                     union=r.union, name=r.name, tgt=cfg.tgt, **several)
         # the detailed measures are settings only when asked for, so the other profiles' analysis stays as it was
         details = {"details": cfg.analysis} if cfg.analysis["detailed"] else {}
         self.add("analysis", "analysis", analysis_step, ["prepare", *self.set_steps],
