@@ -14,6 +14,7 @@ from nat_kd.analysis.metrics import MEASURES, Column, Measure, register_measure,
 from nat_kd.analysis.metrics.base import CARD, CENTRAL, CORRELATION, DECODING, RANKING, REPORT
 from nat_kd.analysis.metrics.sentence import SentenceScores
 from nat_kd.analyze import main
+from nat_kd.corpus import CorpusError
 
 EN = ["a man rides a horse .", "a woman reads a book .", "two dogs play .", "a man reads ."]
 DE = ["ein mann reitet ein pferd .", "eine frau liest ein buch .", "zwei hunde spielen .", "ein mann liest ."]
@@ -166,6 +167,11 @@ def test_every_column_of_scores_tsv_is_written_and_drawn(tmp_path):
         "line", "bleu", "repeated_ngrams", "repeated", "logprob", "replaced", "my_score"]
     assert SentenceScores.read(tmp_path / "scores.tsv")["my_score"].tolist() == [1.0, 0.0]
     assert histogram_columns(scores) == ["bleu", "logprob", "my_score", "repeated_ngrams"]
+    for header in ("line\tbleu\tbleu", "line\tbleu\t", "number\tbleu"):  # a column twice, unnamed; no line column
+        (tmp_path / "bad.tsv").write_text(header + "\n1\t2\t3\n")
+        with pytest.raises(CorpusError, match=r"bad.tsv:1: not a scores.tsv header \(expected line, then the names "
+                                              r"of its columns, each once\)"):
+            SentenceScores.read(tmp_path / "bad.tsv")
 
 
 def test_every_table_shows_the_registered_measures_in_its_order():
