@@ -8,7 +8,7 @@ The multi-reference set is the first set (its texts, pieces, binarized pairs, sc
 reads it as that set) with the others' targets beside it as references 2..K, line-aligned:
 SPLIT.refK.TGT, spm/SPLIT.refK.TGT, and bin/SPLIT.refK.SRC-TGT.TGT, which fairseq-train reads with
 ``--task kd_translation_lev --references K`` for a student whose criterion takes them
-(``--criterion multi_reference_nat_loss --reference-selection min|mean``). With ``--union`` it is a plain set of
+(``--criterion multi_reference_nat_loss --reference-selection ddrs``). With ``--union`` it is a plain set of
 the sets' pairs one after the other (K x N lines, one target each): plain KD on all of them. Either way
 meta.json records each reference's set, its BLEU against the real targets, and the references' diversity (the
 BLEU of each against each other). Written atomically, in seconds: each set is resumable by itself, as the
