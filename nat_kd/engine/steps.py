@@ -105,7 +105,7 @@ def _evaluate(ctx: StepContext, prepared: PreparedCorpus, bin_dir: Path, checkpo
     for split in evaluation["splits"]:
         hyps = jobs.translate(bin_dir, checkpoint, split, ctx.work / f"{split}.hyp", log=ctx.log,
                               threads=ctx.threads, nat_family=nat_family, tokenization=prepared.tokenization(),
-                              languages=prepared.language_pair(), fp16=ctx.fp16, **settings)
+                              languages=prepared.language_pair(), fp16=ctx.fp16, device=ctx.device, **settings)
         score = jobs.bleu(hyps, read_lines(prepared.raw(split, tgt)))
         out[f"{split}_bleu"], out["bleu_signature"] = score["bleu"], score["signature"]
         out[f"{split}_hypotheses"] = str(ctx.work / f"{split}.hyp")
@@ -129,7 +129,8 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
     def train(budget: Training) -> Path:
         return jobs.train(bin_dir, save_dir, arch=arch, shape=shape_, training=budget, log=ctx.log,
                           threads=ctx.threads, nat_family=nat_family, seed=seed, gpus=ctx.gpus, fp16=ctx.fp16,
-                          references=references, selective_kd=selective_kd, save_updates=ctx.save_updates)
+                          references=references, selective_kd=selective_kd, save_updates=ctx.save_updates,
+                          device=ctx.device)
 
     result = {"parameters": count_parameters(arch, shape_, _vocab_size(prepared)),
               "shape": shape_.label if shape_ else arch, "seed": seed}
@@ -144,7 +145,8 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
             return jobs.bleu(jobs.translate(bin_dir, checkpoint, "valid", hypotheses, log=ctx.log,
                                             threads=ctx.threads, nat_family=nat_family,
                                             tokenization=prepared.tokenization(),
-                                            languages=prepared.language_pair(), fp16=ctx.fp16, **settings),
+                                            languages=prepared.language_pair(), fp16=ctx.fp16, device=ctx.device,
+                                            **settings),
                              references)
 
         result |= train_with_curve(save_dir, training_, train, valid_bleu)
@@ -216,7 +218,8 @@ def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, 
     prepared = Path(ctx.results[prepare]["dir"])
     out = DistilledSet(ctx.work / SET_FOLDER)
     meta = jobs.distil(prepared, Path(ctx.results[teacher]["checkpoint"]), out.root, strategy=strategy,
-                       decoding=decoding, max_tokens=max_tokens, log=ctx.log, threads=ctx.threads, fp16=ctx.fp16)
+                       decoding=decoding, max_tokens=max_tokens, log=ctx.log, threads=ctx.threads, fp16=ctx.fp16,
+                       device=ctx.device)
     if ctx.results[teacher].get("valid_bleu") is not None:  # the generator cannot know it; the card names it
         from nat_kd.analysis.card import refresh_card
 
@@ -268,12 +271,14 @@ def selective_kd_step(ctx: StepContext, *, prepare: str, of: str, selective_kd: 
     """nat_kd.selective_kd: the distilled set ``of`` with its raw targets and the accuracy on each of the
     evaluator (a student step of the study, ``selective_kd["evaluator"]``); its students train with the
     threshold settings of ``selective_kd`` (the rest)."""
-    from nat_kd.selective_kd import build
-
     out = DistilledSet(ctx.work / "data")
     settings = dict(selective_kd)
     evaluator = ctx.results[settings.pop("evaluator")]["checkpoint"]
-    meta = build(ctx.results[of]["dir"], out.root, evaluator, ctx.results[prepare]["dir"], name=name)
+    # a job of its own, as the study's other model jobs: the evaluator's passes on the step's threads
+    jobs.run_logged("nat_kd.selective_kd", ["--distilled", ctx.results[of]["dir"], "--prepared",
+                                            ctx.results[prepare]["dir"], "--evaluator", evaluator, "--out", out.root,
+                                            "--name", name], ctx.log, ctx.threads)
+    meta = out.meta()
     record, source = meta["selective_kd"], ctx.results[of]
     return {"dir": str(out.root), "name": name, "strategy": meta["strategy"], "teacher": source["teacher"],
             "selective_kd": settings, "mean_accuracy": record["mean_accuracy"],
@@ -319,7 +324,8 @@ def speed_step(ctx: StepContext, *, prepare: str, systems: dict, batchings: list
                 lines = jobs.translate(prepared.bin.root, Path(ctx.results[system["step"]]["checkpoint"]), "test",
                                        hypotheses, log=ctx.log, threads=1, nat_family=system.get("nat_family"),
                                        tokenization=prepared.tokenization(), languages=prepared.language_pair(),
-                                       batch_size=int(size) if kind == "sentences" else None, **settings)
+                                       batch_size=int(size) if kind == "sentences" else None, device=ctx.device,
+                                       **settings)
                 timing = jobs.generation_speed(ctx.log)
                 runs.append({"system": label, "batching": batching, "round": round_, **timing})
                 bleu[f"{label}|{batching}"] = jobs.bleu(lines, references)["bleu"]
@@ -342,7 +348,7 @@ def training_speed_step(ctx: StepContext, *, prepare: str, data: str | None, fam
         for family in _turns(families, round_):
             ups = jobs.training_speed(bin_dir, ctx.work / family, arch=student_arch(family), shape=ModelSize(**shape),
                                       training=Training(**training), nat_family=family, updates=updates,
-                                      interval=TRAINING_SPEED_INTERVAL, log=ctx.log)
+                                      interval=TRAINING_SPEED_INTERVAL, log=ctx.log, device=ctx.device)
             runs.append({"family": family, "round": round_, "updates_per_second": ups})
     baseline = families[0]
     ratio = {family: round(_median_ratio(runs, "updates_per_second", family, baseline, group="family"), 3)
