@@ -318,3 +318,19 @@ def test_ddrs_is_refused_for_a_loss_without_per_sentence_ctc_losses():
     src, src_lengths, references = _batch(model, LENGTHS)
     with pytest.raises(TypeError, match="--reference-selection ddrs: DATransformerModel has no per-sentence CTC loss"):
         _criterion(model, 200, 15)(model, _sample(src, src_lengths, references))
+
+
+def test_the_per_token_selections_are_the_models_min_and_mean():
+    from types import SimpleNamespace
+
+    from fairseq_plugins.criterions.multi_reference import MultiReferenceNatLoss
+
+    torch.manual_seed(0)
+    model = build_model("kd_ctc_tiny", 40, **MICRO).eval()
+    src, src_lengths, references = _batch(model, LENGTHS)
+    for selection, own in (("per-token-min", "min"), ("per-token-mean", "mean")):
+        criterion = MultiReferenceNatLoss(SimpleNamespace(target_dictionary=model.tgt_dict), 0.0, selection, 200, 15)
+        loss, _, _ = criterion(model, _sample(src, src_lengths, references))
+        assert loss.item() == model.forward_references(src, src_lengths, references, own)["ctc"]["loss"].item()
+    with pytest.raises(ValueError, match="--reference-selection min: choose ddrs, per-token-min, per-token-mean"):
+        MultiReferenceNatLoss(SimpleNamespace(target_dictionary=model.tgt_dict), 0.0, "min", 200, 15)
