@@ -183,16 +183,17 @@ def small_multi30k(folder: Path, train: int = 120, evaluation: int = 100) -> str
     return str(folder)
 
 
-def run_profile(profile: str, tmp_path: Path, evaluation: int = 100):
-    """Run a bundled profile end to end on the first Multi30k lines; its folder, corpus, results folder,
-    results.md, step records and config, after checking that every planned step has a record."""
+def run_profile(profile: str, tmp_path: Path, evaluation: int = 100, extra: tuple[str, ...] = ()):
+    """Run a bundled profile end to end on the first Multi30k lines (``extra``: more of the driver's options);
+    its folder, corpus, results folder, results.md, step records and config, after checking that every planned
+    step has a record."""
     from nat_kd.study import config as study_config
     from nat_kd.study.__main__ import main
     from nat_kd.study.plan import build_plan
 
     out = tmp_path / profile
     corpus = small_multi30k(tmp_path / "multi30k", evaluation=evaluation)
-    assert main([profile, "--out", str(out), "--data-dir", corpus]) == 0
+    assert main([profile, "--out", str(out), "--data-dir", corpus, *extra]) == 0
     results = out / "results"
     steps = json.loads((results / "results.json").read_text())["steps"]
     cfg = study_config.load(profile)

@@ -654,7 +654,7 @@ def _stored_plan(calls, set_value="beam", student_value="2000", rebuilt=str.uppe
         (ctx.work / "model.pt").write_text("student weights")
         return {"outputs": [str(ctx.work / "model.pt")], "test_hypotheses": str(ctx.work / "test.hyp")}
 
-    return [Step("teacher", "train", {"updates": 10}, teacher),
+    return [Step("teacher", "train", {"updates": 10}, teacher, keep=lambda work, result: Kept([])),
             Step("set", "distil", {"value": set_value}, distil, ["teacher"],
                  keep=lambda work, result: Kept([Path("data/target.txt")], [Path("data/bin.txt")]), rebuild=rebuild),
             Step("student", "train", {"value": student_value}, student, ["set"],
@@ -673,7 +673,7 @@ def test_a_study_restores_from_its_store_without_retraining_and_retrains_only_wh
     stored = json.loads((store / "steps" / "set.json").read_text())
     assert stored["result"]["dir"] == "DIR/work/set/data" and str(tmp_path) not in (store / "steps" / "set.json").read_text()
     assert stored["kept"]["files"] == ["data/target.txt"] and list(stored["kept"]["rebuilt"]) == ["data/bin.txt"]
-    assert "kept" not in json.loads((store / "steps" / "teacher.json").read_text())
+    assert json.loads((store / "steps" / "teacher.json").read_text())["kept"]["files"] == []  # never a checkpoint
     archive = (store / "kept" / "set.tar.xz").read_bytes()
     Runner(tmp_path / "study", store=store).run(_stored_plan(calls))
     assert (store / "kept" / "set.tar.xz").read_bytes() == archive  # unchanged outputs, unchanged archive

@@ -1,6 +1,7 @@
 """The study driver end to end: bundled profiles in miniature run on the first Multi30k lines, resumed, their
 results checked table by table. In files of their own so that the test workers run them side by side."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -137,7 +138,9 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
     the verdicts are written from the records; a rerun finds every step done."""
     from nat_kd.study.__main__ import main
 
-    out, corpus, results, text, steps, cfg = run_profile("ladder-micro", tmp_path, evaluation=40)
+    store = tmp_path / "store"
+    out, corpus, results, text, steps, cfg = run_profile("ladder-micro", tmp_path, evaluation=40,
+                                                         extra=("--store", str(store)))
     assert (results / "students_vs_teacher_size.png").stat().st_size > 10_000
     section = text.split("## The central figure", 1)[1]
     rows = {r["name"]: r for r in steps["analysis"]["result"]["rows"]}
@@ -156,3 +159,16 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
     capsys.readouterr()
     assert main(["ladder-micro", "--out", str(out), "--data-dir", corpus]) == 0
     assert f"ran 0 step(s), {len(steps)} already done" in capsys.readouterr().out
+    # the folder is lost, the store kept: only the corpus and the analysis are made again, the same results
+    sets = {name: sorted((p.relative_to(out / "work" / name), p.read_bytes())
+                         for p in (out / "work" / name).rglob("*") if p.is_file() and not p.name.startswith("."))
+            for name in steps if name.startswith("distil.")}
+    shutil.rmtree(out)
+    assert main(["ladder-micro", "--out", str(out), "--data-dir", corpus, "--store", str(store)]) == 0
+    assert f"ran 2 step(s), {len(steps) - 2} already done" in capsys.readouterr().out
+    restored = {name for name in steps if "restored" in json.loads((out / "steps" / f"{name}.json").read_text())}
+    assert restored == set(steps) - {"prepare", "analysis"}
+    assert (results / "results.md").read_text() == text
+    for name, files in sets.items():  # every file of each set, bin/ included, byte for byte
+        assert sorted((p.relative_to(out / "work" / name), p.read_bytes())
+                      for p in (out / "work" / name).rglob("*") if p.is_file() and not p.name.startswith(".")) == files

@@ -5,8 +5,9 @@ depends on, so a changed setting redoes that step and everything downstream, and
 step leaves ``steps/NAME.json`` (fingerprint, result, wall time); its working folder ``work/NAME`` is wiped
 when the fingerprint changes, and kept otherwise, so a killed fairseq-train resumes from its last checkpoint;
 a training step's folder is also kept when only its budget grew, so a longer training continues the shorter.
-Independent steps run side by side (``jobs`` at a time), each with one torch thread: on a small CPU machine
-two single-threaded jobs get more done than one job with two threads. With a launcher (cluster.py) each
+Independent steps run side by side (``jobs`` at a time), each with ``threads`` torch threads (the driver
+shares the cores among the jobs: on a small CPU machine two single-threaded jobs get more done than one job
+with two threads, and one job alone takes them all). With a launcher (cluster.py) each
 step is a cluster job instead, running the same ``execute``.
 """
 from __future__ import annotations
@@ -52,9 +53,10 @@ class Step:
     # bookkeeping (reading a prepared folder's records: no model, no decoding): the driver runs it itself on
     # any launcher, so no cluster job waits in the queue for seconds of work; it needs only steps like it
     in_driver: bool = False
-    # what a store (nat_kd.engine.store) keeps of the finished step, from its work folder and result (None: the
-    # record alone: outputs remade in seconds, as a mix's, or never kept, as a checkpoint); and how the files
-    # Kept.rebuilt are made again in a restored work folder, from the dependencies' results
+    # what a store (nat_kd.engine.store) keeps of the finished step, from its work folder and result (a training
+    # keeps its hypotheses, never its checkpoint); None: the step is never restored, it runs (the corpus, a mix:
+    # made again in seconds); and how the files Kept.rebuilt are made again in a restored work folder, from the
+    # dependencies' results
     keep: Callable[[Path, dict], Kept] | None = None
     rebuild: Callable[[Path, dict], None] | None = None
 
@@ -320,6 +322,8 @@ class Runner:
     def _restore(self, step: Step, fingerprint: str, records: dict) -> dict | None:
         """The store's record of ``step`` if it has these inputs, its kept files unpacked and rebuilt into the
         step's work folder, and copied here; None if the store cannot stand in for the step."""
+        if step.keep is None:  # made again in seconds, from what is restored: it runs
+            return None
         stored = self.store.record(step.name)
         if stored is None or stored.get("fingerprint") != fingerprint or step.name in self._outputs_needed:
             return None

@@ -104,7 +104,9 @@ class Store:
         from its record only while no later step reads its outputs."""
         name = record["name"]
         stored = {k: v for k, v in record.items() if k not in ("restored", "kept")}
-        if kept is not None:
+        if kept is not None and not kept.files:  # a record alone (a training without hypotheses)
+            stored["kept"] = {"files": [], "rebuilt": {}}
+        elif kept is not None:
             data = _archive(work, kept.files)
             if len(data) > MAX_FILE_BYTES:
                 logger.warning("%s: %.1f MB compressed, over the %d MB a kept file may have: not kept",
@@ -139,6 +141,8 @@ class Store:
         import hashlib
 
         kept = stored["kept"]
+        if not kept["files"]:
+            return
         archive = self.archive_file(stored["name"])
         if not archive.is_file():
             raise StoreError(f"{archive}: missing, though {self.record_file(stored['name'])} names it; restore it "

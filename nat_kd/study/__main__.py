@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from nat_kd.cli import add_verbose_argument, run, setup_logging
+from nat_kd.machine import available_cores
 from nat_kd.launch.arguments import add_launcher_arguments, check_launcher_arguments
 from nat_kd.launch.settings import read_cluster_file
 from nat_kd.launch.signals import submitit_warnings_once
@@ -31,7 +32,8 @@ def main(argv=None) -> int:
     p.add_argument("config", help=f"a bundled profile ({', '.join(profile_names())}) or a TOML file")
     p.add_argument("--out", help="study folder (default: runs/study/NAME)")
     p.add_argument("--jobs", type=int, help="steps run at once (default: the config's [study] jobs)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per step (default 1)")
+    p.add_argument("--threads", type=int, help="torch threads a step (default: the cores this process may use, "
+                   "shared among the --jobs steps, so that a study of one step at a time trains on all of them)")
     p.add_argument("--data-dir", help="raw Multi30k folder (default: $NAT_KD_DATA, else ../shared/data/multi30k)")
     p.add_argument("--corpus", metavar="CORPUS.toml", help="your own corpus instead of Multi30k: a TOML file with a "
                    "[corpus] section (and [study] src, tgt) that replaces the config's (docs/study.md)")
@@ -87,7 +89,8 @@ def _study(args, argv) -> int:
     launcher = JobLauncher(out, args.launcher, cluster, args.detach) if args.launcher != "local" else None
     if launcher:
         submitit_warnings_once()
-    runner = Runner(out, jobs=args.jobs or cfg.jobs, threads=args.threads, launcher=launcher,
+    jobs = args.jobs or cfg.jobs
+    runner = Runner(out, jobs=jobs, threads=args.threads or max(1, available_cores() // jobs), launcher=launcher,
                     reuse=tuple(map(Path, args.reuse)), canonical=settings_as_read,
                     store=Path(args.store) if args.store else None, hours=args.hours)
     if args.dry_run:
