@@ -43,7 +43,13 @@ def decoding_table(cfg: StudyConfig, res: dict) -> str:
     teachers = {d.name: d.teacher for d in cfg.distilled}
     mixes = []
     for m in cfg.mixes:
-        replaced = res.get(f"mix.{m.name}", {}).get("replaced")
+        made = res.get(f"mix.{m.name}", {})
+        if m.selective_kd:  # its targets are chosen during training
+            accuracy = made.get("mean_accuracy")
+            mixes.append((m.name, teachers[m.of], f"Selective KD of {m.of}" + (
+                "" if accuracy is None else f" (the evaluator's mean accuracy {accuracy:.3f})")))
+            continue
+        replaced = made.get("replaced")
         mixes.append((m.name, teachers[m.of], f"mix of {m.of}" + ("" if replaced is None else
                                                                f" ({replaced:,} lines replaced)")))
     rows, columns = [], shown(DECODING)
