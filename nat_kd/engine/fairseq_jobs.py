@@ -29,6 +29,7 @@ from nat_kd.tokenization import TokenizationSettings
 
 from fairseq_plugins.models.sizes import ModelSize
 
+from .devices import CPU, visible_devices
 from .training import Training
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,9 +58,10 @@ def _end_with_the_driver(driver) -> None:
 
 
 def _run_module(module: str, args: list[str], log: str, stdout: str | None, threads: int, cwd: str, done,
-                driver) -> None:
+                driver, gpus: str | None) -> None:
     """In the forked child: ``python -m module args`` in ``cwd`` with its streams on the step's files; sends True on
-    ``done`` when the module ran to its end, and ends when ``driver`` does (``_end_with_the_driver``)."""
+    ``done`` when the module ran to its end, and ends when ``driver`` does (``_end_with_the_driver``). ``gpus``:
+    its CUDA_VISIBLE_DEVICES (None: the driver's), read by CUDA when the job first uses it."""
     import torch
 
     # A child of the forkserver inherits its start method, so a DataLoader worker (fairseq-generate's default
@@ -69,6 +71,8 @@ def _run_module(module: str, args: list[str], log: str, stdout: str | None, thre
     _end_with_the_driver(driver)
     os.chdir(cwd)
     os.environ.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    if gpus is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus
     torch.set_num_threads(threads)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -88,12 +92,26 @@ def _run_module(module: str, args: list[str], log: str, stdout: str | None, thre
     done.send(True)
 
 
+def device_flags(module: str, device: str | None) -> list[str]:
+    """The options that put a job of ``module`` on ``device`` ("cpu" or "cuda:N"; None: none, the job picks a
+    GPU where it sees one); which GPU, its CUDA_VISIBLE_DEVICES says (devices.visible_devices)."""
+    if device is None:
+        return []
+    if module == "nat_kd.generate_distilled":
+        return ["--device", CPU if device == CPU else "cuda"]
+    return ["--cpu"] if device == CPU else []  # fairseq-train and fairseq-generate: a GPU unless --cpu
+
+
 def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | None = None,
-               cwd: Path = ROOT) -> None:
+               cwd: Path = ROOT, device: str | None = None) -> None:
     """``python -m module args`` in ``cwd``, appending its output to ``log`` (with the command line first), or
-    only its stderr when ``stdout`` names a file for the rest; raise on failure with the log's last lines."""
-    args = [str(a) for a in args]
+    only its stderr when ``stdout`` names a file for the rest; raise on failure with the log's last lines.
+    ``device``: "cpu" or "cuda:N" (device_flags), None: as the module picks."""
+    args = [str(a) for a in [*args, *device_flags(module, device)]]
+    gpus = visible_devices(device)
     with open(log, "a", encoding="utf-8") as handle:
+        if gpus is not None:  # a line of its own: the command line below stays the one a user types
+            handle.write(f"# {device}: CUDA_VISIBLE_DEVICES={gpus}\n")
         handle.write("$ " + " ".join(["python", "-m", module, *args]) + "\n")
     # The child says itself that it finished: under load, Python's forkserver can lose a child's exit status
     # and report 255 for a job that succeeded (python/cpython#140867), seen here with two jobs at once.
@@ -101,7 +119,7 @@ def run_logged(module: str, args: list, log: Path, threads: int, stdout: Path | 
     driver_read, driver_write = _forkserver.Pipe(duplex=False)  # written to by no one: open while we live
     job = _forkserver.Process(target=_run_module,
                               args=(module, args, str(log), stdout and str(stdout), threads, str(cwd), send,
-                                    driver_read))
+                                    driver_read, gpus))
     job.start()
     send.close()
     driver_read.close()
@@ -247,7 +265,8 @@ def resumed_from(save_dir: Path) -> list[int]:
 
 def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, training: Training, log: Path,
           threads: int, nat_family: str | None = None, seed: int = 1, gpus: int = 0, fp16: bool = False,
-          save_updates: int = 0, references: dict | None = None, selective_kd: dict | None = None) -> Path:
+          save_updates: int = 0, references: dict | None = None, selective_kd: dict | None = None,
+          device: str | None = None) -> Path:
     """fairseq-train an AT (``nat_family`` None) or a NAT student; returns checkpoint_best.pt (lowest
     validation loss: the study selects on the validation set). ``gpus`` > 1 (a cluster job's GPUs on its one
     node): fairseq's own data-parallel training, one process per GPU, that fairseq-train spawns itself. A run
@@ -262,7 +281,7 @@ def train(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize | None, 
     run_logged("fairseq_cli.train", train_args(bin_dir, save_dir, arch=arch, shape=shape, training=training,
                                                nat_family=nat_family, seed=seed, gpus=gpus, fp16=fp16,
                                                save_updates=save_updates, references=references,
-                                               selective_kd=selective_kd), log, threads)
+                                               selective_kd=selective_kd), log, threads, device=device)
     best = save_dir / "checkpoint_best.pt"
     if not best.is_file():
         raise RuntimeError(f"fairseq-train wrote no {best}")
@@ -273,7 +292,7 @@ _UPS = re.compile(r"\btrain_inner\b.*?\bups=([0-9.]+)")
 
 
 def training_speed(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize, training: Training,
-                   nat_family: str, updates: int, interval: int, log: Path) -> float:
+                   nat_family: str, updates: int, interval: int, log: Path, device: str | None = None) -> float:
     """fairseq-train from scratch for ``updates`` updates on one thread, nothing saved or validated: the median
     of the updates/s it reports every ``interval`` updates, its first report (start-up) left out."""
     start = log.stat().st_size if log.is_file() else 0
@@ -281,7 +300,7 @@ def training_speed(bin_dir: Path, save_dir: Path, *, arch: str, shape: ModelSize
                [*train_args(bin_dir, save_dir, arch=arch, shape=shape,
                             training=replace(training, updates=updates, bleu_every=0), nat_family=nat_family,
                             log_interval=interval), "--no-save", "--disable-validation"],
-               log, threads=1)
+               log, threads=1, device=device)
     with open(log, encoding="utf-8", errors="replace") as handle:
         handle.seek(start)
         rates = [float(x) for x in _UPS.findall(handle.read())][1:]
@@ -294,7 +313,7 @@ def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: i
               threads: int, tokenization: TokenizationSettings, languages: tuple[str, str],
               nat_family: str | None = None, batch_size: int | None = None,
               max_len_a: float = 0.0, max_len_b: int = 200, fp16: bool = False,
-              sentences: int | None = None) -> list[str]:
+              sentences: int | None = None, device: str | None = None) -> list[str]:
     """fairseq-generate ``split``; writes the hypotheses (in corpus order), detokenized by ``tokenization`` as
     the corpus was tokenized, to ``out``. ``batch_size``: at most that many sentences a batch (fairseq's
     --batch-size), within ``max_tokens``. A sentence fairseq-generate leaves out (a source its model cannot
@@ -308,7 +327,7 @@ def translate(bin_dir: Path, checkpoint: Path, split: str, out: Path, *, beam: i
     run_logged("fairseq_cli.generate", [bin_dir, "--user-dir", ROOT / "fairseq_plugins", *task, "--gen-subset", split,
                 "--path", checkpoint, "--max-tokens", max_tokens, "--required-batch-size-multiple", 1,
                 *(["--batch-size", batch_size] if batch_size else []), *(["--fp16"] if fp16 else []),
-                *tokenization.fairseq_flags(*languages)], log, threads, stdout=raw)
+                *tokenization.fairseq_flags(*languages)], log, threads, stdout=raw, device=device)
     hyps = {int(m.group(1)): m.group(2) for m in
             re.finditer(r"^D-(\d+)\t[^\t]*\t(.*)$", raw.read_text(encoding="utf-8"), re.M)}
     count = sentences or len(hyps)
@@ -346,12 +365,13 @@ def bleu(hypotheses: list[str], references: list[str]) -> dict:
 
 
 def distil(prepared: Path, teacher: Path, out: Path, *, strategy: str, decoding: dict, max_tokens: int,
-           log: Path, threads: int, fp16: bool = False) -> dict:
+           log: Path, threads: int, fp16: bool = False, device: str | None = None) -> dict:
     """nat_kd.generate_distilled over the training split; returns its meta.json."""
     flags = ["--fp16"] if fp16 else []
     for key, value in decoding.items():
         flags += [f"--{key.replace('_', '-')}", value]
     run_logged("nat_kd.generate_distilled", ["--teacher-path", teacher, "--prepared", prepared,
                 "--split", "train", "--strategy", strategy, *flags, "--max-tokens", max_tokens,
-                "--workers", 1, "--threads", threads, "--out", out, "--no-progress-bar"], log, threads)
+                "--workers", 1, "--threads", threads, "--out", out, "--no-progress-bar"], log, threads,
+               device=device)
     return DistilledSet(out).meta()

@@ -28,6 +28,7 @@ from nat_kd.errors import NatKdError
 from nat_kd.hashing import sha256_files, sha256_json
 from nat_kd.launch.settings import Resources
 
+from .devices import CPU, Devices
 from .estimate import Estimates
 from .store import Kept, Store
 
@@ -84,6 +85,7 @@ class StepContext:
     results: dict  # name -> result of every finished step (its dependencies included)
     threads: int
     job: Resources | None = None  # what a cluster job was given (None: a local run)
+    device: str | None = None  # a local run's: "cpu" or "cuda:N" (nat_kd.engine.devices); None: the job's own
 
     @property
     def gpus(self) -> int:
@@ -214,13 +216,15 @@ def begun_with(work: Path, fingerprint: str, recipe: dict | None = None) -> bool
 
 
 def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: int, threads: int,
-            job: Resources | None = None, extra: dict | None = None, recipe: dict | None = None) -> dict:
+            job: Resources | None = None, extra: dict | None = None, recipe: dict | None = None,
+            device: str | None = None) -> dict:
     """Run one step in ``root``'s work/NAME and write its record steps/NAME.json; returns the record.
 
     A module-level function of picklable arguments: the driver runs it in a thread, a cluster job
     (nat_kd.engine.cluster) in its own process, and either way the record is written by the step's own run,
     so a job whose driver has gone leaves its result where the next run finds it. ``extra`` goes into the
-    record (the job's id); ``recipe`` (step_recipe) lets a budgeted step continue a shorter run."""
+    record (the job's id); ``recipe`` (step_recipe) lets a budgeted step continue a shorter run; ``device``: where
+    a local run's model jobs go (None: a cluster job's, on its GPUs if it has any)."""
     root = Path(root)
     work = root / "work" / step.name
     if work.exists() and not begun_with(work, fingerprint, recipe):
@@ -231,7 +235,7 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
         atomic.write_json(work / RECIPE, recipe)
     log = root / "logs" / f"{step.name}.log"
     log.parent.mkdir(exist_ok=True)
-    context = StepContext(step, work, log, results, threads, job)
+    context = StepContext(step, work, log, results, threads, job, device)
     try:
         with StepClock(work) as clock:
             result = step.run(context)
@@ -243,7 +247,8 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
               "wall_seconds": round(clock.seconds, 1), "runs": clock.runs,
               "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
               # what the wall time was measured under (--jobs and --threads may override the config's)
-              "jobs": jobs, "threads": threads, **(extra or {}), "result": result}
+              "jobs": jobs, "threads": threads, "device": device or ("cuda" if context.gpus else CPU),
+              **(extra or {}), "result": result}
     atomic.write_json(root / "steps" / f"{step.name}.json", record)
     return record
 
@@ -251,7 +256,7 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
 class Runner:
     def __init__(self, root: Path, jobs: int = 1, threads: int = 1, launcher=None, reuse: tuple[Path, ...] = (),
                  canonical: Callable[[str, dict], dict] | None = None, store: Path | None = None,
-                 hours: float | None = None):
+                 hours: float | None = None, devices: Devices | None = None):
         """``launcher``: None runs the steps in this process's threads, ``jobs`` at a time; a
         nat_kd.engine.cluster.JobLauncher submits each as a job instead, up to its own limit. ``reuse``: other
         study folders whose finished steps stand in for this study's own when their fingerprints match (the
@@ -262,7 +267,8 @@ class Runner:
         folder kept under version control (nat_kd.engine.store) into which every finished step's record and
         small outputs go, and from which a step with the same inputs is restored instead of run. ``hours``:
         start only the steps whose expected wall time (nat_kd.engine.estimate) fits in what is left of them;
-        the others are left in ``held``, with their estimates."""
+        the others are left in ``held``, with their estimates. ``devices``: where the local jobs run (default:
+        the GPUs torch sees, else the CPU)."""
         self.root, self.jobs, self.threads, self.launcher = Path(root), max(1, jobs), threads, launcher
         self.reuse = [Path(r) for r in reuse if not Path(r).is_file()]
         self.canonical = canonical or (lambda kind, settings: settings)
@@ -275,6 +281,7 @@ class Runner:
         # made by the first step that runs: --list and --dry-run leave a mistyped --out uncreated
         self.records_dir, self.work_dir = self.root / "steps", self.root / "work"
         self.store = Store(store, self.root) if store else None
+        self.devices = devices or Devices()
         self.deadline = time.monotonic() + hours * 3600 if hours is not None else None
         self.held: dict[str, float | None] = {}  # steps not started for want of time: their estimates
         self._estimates: Estimates | None = None
@@ -388,8 +395,9 @@ class Runner:
         return all(Path(p).exists() for p in outputs) and sha256_files(outputs) == record["digest"]
 
     def _execute(self, step: Step, fingerprint: str, records: dict) -> dict:
-        return execute(self.root, step, fingerprint, {n: r["result"] for n, r in records.items()},
-                       jobs=self.jobs, threads=self.threads, recipe=step_recipe(step, records))
+        with nullcontext(CPU) if step.in_driver else self.devices.lease() as device:
+            return execute(self.root, step, fingerprint, {n: r["result"] for n, r in records.items()},
+                           jobs=self.jobs, threads=self.threads, recipe=step_recipe(step, records), device=device)
 
     def run(self, steps: list[Step]) -> dict[str, dict]:
         """Run every step whose inputs changed, dependencies first; returns name -> record."""

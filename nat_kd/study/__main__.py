@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from nat_kd.cli import add_verbose_argument, run, setup_logging
+from nat_kd.errors import SettingsError
 from nat_kd.machine import available_cores
 from nat_kd.launch.arguments import add_launcher_arguments, check_launcher_arguments
 from nat_kd.launch.settings import read_cluster_file
@@ -21,6 +22,7 @@ from nat_kd.launch.signals import submitit_warnings_once
 from nat_kd.engine.cluster import JobLauncher, check_resources, dry_run, job_notes, run_stoppable, submit_detached
 from .config import load, profile_names
 from nat_kd.engine.curve import progress_note
+from nat_kd.engine.devices import DEVICES, Devices
 from nat_kd.engine.estimate import hours
 from nat_kd.engine.runner import Runner, needed
 
@@ -34,6 +36,10 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, help="steps run at once (default: the config's [study] jobs)")
     p.add_argument("--threads", type=int, help="torch threads a step (default: the cores this process may use, "
                    "shared among the --jobs steps, so that a study of one step at a time trains on all of them)")
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where the model jobs run: cpu, or cuda: each job on the GPU running the fewest of them, so "
+                        "that --jobs N trains N at once on one GPU (default auto: cuda where torch sees a GPU); the "
+                        "records name it, the fingerprints do not (a step trained on a GPU stands in for it on the CPU)")
     p.add_argument("--data-dir", help="raw Multi30k folder (default: $NAT_KD_DATA, else ../shared/data/multi30k)")
     p.add_argument("--corpus", metavar="CORPUS.toml", help="your own corpus instead of Multi30k: a TOML file with a "
                    "[corpus] section (and [study] src, tgt) that replaces the config's (docs/study.md)")
@@ -79,6 +85,9 @@ def _study(args, argv) -> int:
     from .results import write_results  # imports matplotlib
 
     check_launcher_arguments(args)
+    if args.device != "auto" and args.launcher != "local":
+        raise SettingsError(f"--device {args.device} is for the local launcher: a cluster job's GPUs are its "
+                            "[resources.KIND] gpus (docs/cluster.md)")
     cfg = load(args.config, args.corpus)
     # absolute: the model jobs run in the checkout, wherever the study was started from
     out = Path(args.out or f"runs/study/{cfg.name}").resolve()
@@ -92,7 +101,8 @@ def _study(args, argv) -> int:
     jobs = args.jobs or cfg.jobs
     runner = Runner(out, jobs=jobs, threads=args.threads or max(1, available_cores() // jobs), launcher=launcher,
                     reuse=tuple(map(Path, args.reuse)), canonical=settings_as_read,
-                    store=Path(args.store) if args.store else None, hours=args.hours)
+                    store=Path(args.store) if args.store else None, hours=args.hours,
+                    devices=Devices(args.device) if args.launcher == "local" else None)
     if args.dry_run:
         planned = needed(steps, args.only) if args.only else steps
         for line in dry_run(planned, runner, cluster, detach=args.detach and args.launcher == "slurm"):
