@@ -253,7 +253,7 @@ def build_steps(config: ChooseConfig, corpus: PreparedCorpus, candidates: dict[s
     from functools import partial
 
     from nat_kd.engine.training import Training
-    from nat_kd.engine.steps import analysis_step, prepare_step, student_shape, train_step
+    from nat_kd.engine.steps import analysis_step, family_recipe, prepare_step, student_shape, train_step
     from nat_kd.engine.runner import Step
 
     src, tgt = corpus.language_pair()
@@ -286,7 +286,8 @@ def build_steps(config: ChooseConfig, corpus: PreparedCorpus, candidates: dict[s
     shape = None if shape is None else asdict(shape)
     for name, data in [(REAL, None), *((name, f"set.{name}") for name in candidates)]:
         settings = dict(prepare="prepare", data=data, arch=config.arch, shape=shape, training=asdict(training),
-                        nat_family=family, evaluation=evaluation, tgt=tgt, seed=config.seed)
+                        nat_family=family, evaluation=evaluation, tgt=tgt, seed=config.seed,
+                        **family_recipe(family))
         # the budget is both keys (one measurement, at the pilot's end): a longer --updates continues the pilots
         steps.append(Step(f"pilot.{name}", "train", settings, partial(train_step, **settings),
                           ["prepare"] + ([data] if data else []), budget=("updates", "bleu_every")))

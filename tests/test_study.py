@@ -758,6 +758,27 @@ def test_hours_starts_only_the_steps_whose_estimate_from_records_of_their_kind_a
     assert calls == ["long", "other"]
 
 
+def test_a_da_transformer_record_from_before_its_glancing_changed_stands_in_for_nothing(tmp_path):
+    """The committed capacity study's DA-Transformer trained with the glancing of before (floor rounding, no
+    force-emit): its step's settings now carry the family's recipe, so its record no longer matches, while the
+    vanilla NAT's, whose training did not change, still does."""
+    from nat_kd.engine.runner import ReusedRecords, inputs_key
+    from nat_kd.engine.steps import settings_as_read
+
+    results = Path(__file__).resolve().parents[1] / "docs" / "results" / "capacity" / "results.json"
+    committed = json.loads(results.read_text())["steps"]
+    reused = ReusedRecords(results, settings_as_read)
+    steps = {s.name: s for s in build_plan(study_config.load("capacity"), tmp_path)}
+
+    def found(name):
+        step = steps[name]
+        return reused.find(inputs_key(step.kind, settings_as_read(step.kind, step.settings),
+                                      {d: committed[d]["digest"] for d in step.deps}))
+
+    assert "recipe" not in steps["student.nat.real"].settings and found("student.nat.real") is not None
+    assert steps["student.dat.real"].settings["recipe"] == 2 and found("student.dat.real") is None
+
+
 def test_a_student_s_settings_hold_only_what_its_training_reads(tmp_path):
     """Vanilla NAT has no glancing schedule and the CTC and DAG losses no label smoothing: changing the profile's
     value for either leaves those students' settings, and so their fingerprints and checkpoints, as they were."""

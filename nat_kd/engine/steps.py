@@ -23,6 +23,18 @@ from .training import ARCH_SHAPE, TRAINING_SPEED_INTERVAL, Training
 TEACHER_ARCH = "kd_transformer_tiny"  # sizes come from the config's shapes, on the command line
 
 
+# Families whose training changed in a way no setting shows, with the version of their training now: a training
+# step's settings carry it (``recipe``), so that a record made before neither counts as done nor stands in for
+# the step by --reuse. dat 2: the DA-Transformer's glancing as its authors' code does it (number-random's
+# rounding, force-emit of the glanced tokens).
+RECIPES = {"dat": 2}
+
+
+def family_recipe(nat_family: str | None) -> dict:
+    """The settings that name a family's version of its training (RECIPES), or none."""
+    return {"recipe": RECIPES[nat_family]} if nat_family in RECIPES else {}
+
+
 def student_arch(family: str) -> str:
     return f"kd_{family}_tiny"
 
@@ -113,10 +125,11 @@ def _evaluate(ctx: StepContext, prepared: PreparedCorpus, bin_dir: Path, checkpo
 
 
 def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, shape: dict | None, training: dict,
-               nat_family: str | None, evaluation: dict, tgt: str, seed: int = 1) -> dict:
+               nat_family: str | None, evaluation: dict, tgt: str, seed: int = 1, recipe: int | None = None) -> dict:
     """Train one model (AT or NAT) on the prepared data or on a distilled set, then evaluate it. With
     ``bleu_every`` the checkpoint is the one with the best validation BLEU and the result holds the curve;
-    otherwise it is fairseq's best on validation loss. ``shape`` None: the architecture's own sizes."""
+    otherwise it is fairseq's best on validation loss. ``shape`` None: the architecture's own sizes;
+    ``recipe``: the family's version of its training (RECIPES), a setting for the fingerprint alone."""
     prepared = PreparedCorpus(ctx.results[prepare]["dir"])
     bin_dir = (DistilledSet(ctx.results[data]["dir"]).bin if data else prepared.bin).root
     shape_, training_ = ModelSize(**shape) if shape else None, Training(**training)

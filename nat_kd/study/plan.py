@@ -9,9 +9,10 @@ from pathlib import Path
 
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.engine.runner import Step
-from nat_kd.engine.steps import (TEACHER_ARCH, analysis_step, distil_step, kept_hypotheses, kept_set, mix_step,
-                                 modes_step, prepare_step, rebuild_set, references_step, selective_kd_step, speed_step,
-                                 student_arch, student_step, train_step, training_settings, training_speed_step)
+from nat_kd.engine.steps import (TEACHER_ARCH, analysis_step, distil_step, family_recipe, kept_hypotheses, kept_set,
+                                 mix_step, modes_step, prepare_step, rebuild_set, references_step, selective_kd_step,
+                                 speed_step, student_arch, student_step, train_step, training_settings,
+                                 training_speed_step)
 
 from .config import ConfigError, StudyConfig
 
@@ -84,7 +85,8 @@ class _Planner:
                  keep=kept_hypotheses,
                  prepare=prepare, data=data, arch=arch, shape=asdict(shape),
                  training=training_settings(training, nat_family), nat_family=nat_family,
-                 evaluation=self.evaluation, tgt=tgt or self.cfg.tgt, **({"seed": seed} if seed != 1 else {}))
+                 evaluation=self.evaluation, tgt=tgt or self.cfg.tgt, **({"seed": seed} if seed != 1 else {}),
+                 **family_recipe(nat_family))
 
     def student(self, family: str, label: str, seed: int = 1):
         cfg = self.cfg
