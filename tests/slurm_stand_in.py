@@ -9,7 +9,12 @@ Two modes:
   preemption (``preempt``), like scancel, does what Slurm does: the state first, then SIGTERM to every process of
   the job, then SIGKILL after a grace time.
 
-sacct can be made to fail (``accounting(False)``) as it does where accounting storage is disabled.
+sacct can be made to fail (``accounting(False)``) as it does where accounting storage is disabled, at any time
+(also after it has answered), and squeue as it does when the controller is unreachable (``queue(False)``); each
+call of either is logged with its time. sbatch can be held (``hold_sbatch``) after it has queued a job and before
+it prints the id, as a slow controller's reply is: a signal then reaches it mid-submission. scontrol requeue puts
+a running job back (submitit's requeue near the time limit), and ``time_limit`` sends what Slurm sends before it:
+SIGUSR2 to the job's step (srun's process), not to its batch script.
 """
 from __future__ import annotations
 
@@ -49,13 +54,13 @@ def read(folder):
 """
 
 _SBATCH = """
-import fcntl, itertools, os, pathlib, re, subprocess, sys
+import fcntl, itertools, os, pathlib, re, subprocess, sys, time
 folder = pathlib.Path({folder!r})
 sys.path.insert(0, str(folder))
 import states
 script = pathlib.Path(sys.argv[-1]).read_text()
 refused = (folder / "refused.txt").read_text().split() if (folder / "refused.txt").is_file() else []
-if any(f"--job-name=nat_kd.{{name}}\\n" in script for name in refused):
+if any(f"--job-name=nat_kd.{{name}}." in script for name in refused):
     sys.exit("sbatch: error: Batch job submission failed: Invalid account or account/partition combination")
 with open(folder / "ids.lock", "a") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
@@ -68,6 +73,11 @@ if {run}:
     for task in tasks:
         subprocess.Popen([sys.executable, str(folder / "supervisor.py"), task, sys.argv[-1]], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if (folder / "hold-sbatch").exists():  # queued; the reply is slow to come
+    states.write(folder / f"sbatch-held-{{n}}", "")
+    deadline = time.time() + 60
+    while not (folder / "release-sbatch").exists() and time.time() < deadline:
+        time.sleep(0.02)
 print(f"Submitted batch job {{n}}")
 """
 
@@ -83,13 +93,31 @@ env = dict(os.environ, SLURM_JOB_ID=str(int(job) * 100 + int(index or 0)) if ind
            STAND_IN_JOB=task)
 if index:
     env.update(SLURM_ARRAY_JOB_ID=job, SLURM_ARRAY_TASK_ID=index)
-job_process = subprocess.Popen(["bash", script], env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-states.write(folder / f"pgid-{{task}}", str(job_process.pid))
-states.update(folder, **{{task: "RUNNING"}})
-code = job_process.wait()
+requeue = folder / f"requeue-{{task}}"
+while True:
+    job_process = subprocess.Popen(["bash", script], env=env, start_new_session=True, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    states.write(folder / f"pgid-{{task}}", str(job_process.pid))
+    states.update(folder, **{{task: "RUNNING"}})
+    code = job_process.wait()
+    if not requeue.exists():
+        break
+    requeue.unlink()  # scontrol requeue: the same job runs again, under the same id
+    env["SLURM_RESTART_COUNT"] = str(int(env.get("SLURM_RESTART_COUNT", "0")) + 1)
 states.write(folder / f"exit-{{task}}", str(code))
 states.update(folder, **{{task: "COMPLETED" if code == 0 else "FAILED"}})
+"""
+
+_SCONTROL = """
+import pathlib, sys
+folder = pathlib.Path({folder!r})
+sys.path.insert(0, str(folder))
+import states
+if sys.argv[1:2] != ["requeue"]:
+    sys.exit(f"scontrol: the stand-in knows requeue only, not {{sys.argv[1:]}}")
+task = sys.argv[2]
+states.write(folder / f"requeue-{{task}}", "")
+states.update(folder, **{{task: "REQUEUED"}})
 """
 
 _SRUN = """
@@ -107,14 +135,20 @@ while args and args[0].startswith("--"):
 for stream, path in ((1, output), (2, error)):
     if path:
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), stream)
+# the job's step: what Slurm signals before the time limit
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"step-{os.environ.get('STAND_IN_JOB', '0')}"),
+          "w") as step:
+    step.write(str(os.getpid()))
 os.execvp(args[0], args)
 """
 
 _SACCT = """
-import pathlib, sys
+import pathlib, sys, time
 folder = pathlib.Path({folder!r})
 sys.path.insert(0, str(folder))
 import states
+with open(folder / "sacct-calls.txt", "a") as calls:
+    calls.write(f"{{time.time()}}\\n")
 if (folder / "accounting-off").exists():
     sys.exit("sacct: error: Slurm accounting storage is disabled")
 known = states.read(folder)
@@ -128,15 +162,29 @@ for i in ids:  # an array's id stands for its tasks, as in sacct; an id it never
 """
 
 _SQUEUE = """
-import pathlib, sys
+import pathlib, re, sys, time
 folder = pathlib.Path({folder!r})
 sys.path.insert(0, str(folder))
 import states
+with open(folder / "squeue-calls.txt", "a") as calls:
+    calls.write(f"{{time.time()}}\\n")
+if (folder / "queue-off").exists():
+    sys.exit("squeue: error: Unable to contact slurm controller (connect failure)")
 known = states.read(folder)
-submitted = {{p.stem.removeprefix("job-") for p in folder.glob("job-*.sh")}}
+scripts = {{p.stem.removeprefix("job-"): p.read_text() for p in folder.glob("job-*.sh")}}
+queued = ("PENDING", "RUNNING", "COMPLETING", "REQUEUED")
+if "--name" in sys.argv:  # the queued jobs of that name: an array as its tasks
+    name = sys.argv[sys.argv.index("--name") + 1]
+    for job, script in sorted(scripts.items()):
+        if f"--job-name={{name}}\\n" in script:
+            tasks = [k for k in known if k.startswith(job + "_")] or [job]
+            for task in tasks:
+                if known.get(task, "PENDING") in queued:
+                    print(task)
+    sys.exit(0)
 wanted = sys.argv[sys.argv.index("--jobs") + 1]
-state = known.get(wanted, "PENDING" if wanted in submitted else None)
-if state not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED"):
+state = known.get(wanted, "PENDING" if wanted in scripts else None)
+if state not in queued:
     sys.exit("slurm_load_jobs error: Invalid job id specified")
 print(state)
 """
@@ -184,7 +232,7 @@ class SlurmStandIn:
         programs = {"sbatch": _SBATCH.format(folder=str(folder), first_id=first_id, run=run),
                     "supervisor.py": _SUPERVISOR.format(folder=str(folder)), "srun": _SRUN,
                     "sacct": _SACCT.format(folder=str(folder)), "squeue": _SQUEUE.format(folder=str(folder)),
-                    "scancel": _SCANCEL.format(folder=str(folder)),
+                    "scancel": _SCANCEL.format(folder=str(folder)), "scontrol": _SCONTROL.format(folder=str(folder)),
                     "kill.py": _KILL.format(folder=str(folder), grace=grace)}
         for name, body in programs.items():
             path = self.folder / name
@@ -214,16 +262,41 @@ class SlurmStandIn:
         """sacct works, or fails as where accounting storage is disabled."""
         (self.folder / "accounting-off").unlink(missing_ok=True) if on else (self.folder / "accounting-off").touch()
 
+    def queue(self, on: bool) -> None:
+        """squeue works, or fails as when the controller is unreachable."""
+        (self.folder / "queue-off").unlink(missing_ok=True) if on else (self.folder / "queue-off").touch()
+
+    def calls(self, program: str) -> list[float]:
+        """When sacct or squeue was called, in order."""
+        path = self.folder / f"{program}-calls.txt"
+        return [float(t) for t in path.read_text().split()] if path.is_file() else []
+
+    def hold_sbatch(self, on: bool) -> None:
+        """sbatch, once it has queued a job, waits to print its id until ``release_sbatch``."""
+        (self.folder / "release-sbatch").unlink(missing_ok=True)
+        (self.folder / "hold-sbatch").touch() if on else (self.folder / "hold-sbatch").unlink(missing_ok=True)
+
+    def held(self) -> list[str]:
+        """The jobs queued by an sbatch that is held (or was), by id."""
+        return sorted(p.name.removeprefix("sbatch-held-") for p in self.folder.glob("sbatch-held-*"))
+
+    def release_sbatch(self) -> None:
+        (self.folder / "release-sbatch").touch()
+
+    def time_limit(self, task: str) -> None:
+        """What Slurm sends a job near its time limit (submitit's --signal=USR2@90): SIGUSR2 to its step."""
+        os.kill(int((self.folder / f"step-{task}").read_text()), signal.SIGUSR2)
+
     def cancelled(self) -> list[str]:
         path = self.folder / "cancelled.txt"
         return path.read_text().split() if path.is_file() else []
 
     def jobs(self) -> dict:
-        """Job id -> its sbatch script's name and dependency."""
+        """Job id -> its sbatch script's name (the step or the set, without the run's part) and dependency."""
         out = {}
         for script in self.folder.glob("job-*.sh"):
             text = script.read_text()
-            name = text.split("--job-name=nat_kd.", 1)[1].split("\n", 1)[0]
+            name = text.split("--job-name=nat_kd.", 1)[1].split("\n", 1)[0].rsplit(".", 1)[0]  # without the run's
             dependency = text.split("--dependency=", 1)[1].split("\n", 1)[0] if "--dependency=" in text else None
             out[script.stem.removeprefix("job-")] = (name, dependency)
         return out

@@ -1,6 +1,7 @@
 """The study's steps and the generator's shards as submitit jobs: submitit's local executor (a process a job)
 and its debug executor (in the driver) run the code paths of ``--launcher slurm``; no Slurm is needed."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from conftest import process_running
 from slurm_stand_in import SlurmStandIn
 from nat_kd.launch.jobs import Submitted
+from nat_kd.launch.sbatch import job_name
 from nat_kd.launch.settings import (ClusterConfig, LauncherSettings, LaunchError, Resources, cluster_config,
                                     read_cluster_file)
 from nat_kd.engine.cluster import JobLauncher
@@ -281,7 +283,7 @@ def test_paper_dry_run_prints_every_job_with_its_sbatch_options(tmp_path, capsys
     assert big == "[train: 4 GPU, 8 CPU, 32 GB, 100 h, saved every 2000 updates] after prepare"
     block = out.split("teacher.big  ", 1)[1].split("\n" + "distil.big.beam", 1)[0]
     for option in ["--gpus-per-node=4", "--time=6000", "--partition=gpu", "--account=nmt", "--mem=32GB",
-                   "--cpus-per-task=8", "--job-name=nat_kd.teacher.big"]:
+                   "--cpus-per-task=8", f"--job-name={job_name('teacher.big', tmp_path / 'paper')}"]:
         assert f"#SBATCH {option}" in block, option
     assert "[prepare: 0 GPU, 4 CPU, 16 GB, 4 h]" in out and "#SBATCH --gpus-per-node" not in out.split("teacher.")[0]
     assert not (tmp_path / "paper").exists()  # nothing ran, nothing made: a mistyped --out leaves no folder behind
@@ -459,7 +461,8 @@ def test_shards_as_a_job_array_give_the_unsharded_set_and_resume_from_saved_chun
     shards = ["--num-shards", "2", "--chunk-sentences", "30", "--cluster", str(cluster)]
     assert _generate(micro_local, out, "--num-shards", "2", "--launcher", "slurm", "--dry-run") == 0
     printed = capsys.readouterr().out
-    assert "nat_kd.distil.sharded: an array of 2 shard job(s) [1 GPU, 8 CPU, 32 GB, 24 h each]" in printed
+    assert (f"{job_name('distil.sharded', out)}: an array of 2 shard job(s) [1 GPU, 8 CPU, 32 GB, 24 h each]"
+            in printed)
     assert "#SBATCH --array=0-1%2" in printed and "#SBATCH --gpus-per-node=1" in printed
     assert not out.exists() and not (tmp_path / "sharded.jobs").exists()  # a dry run submits and writes nothing
     assert _generate(micro_local, out, *shards, "--launcher", "submitit-local") == 0
@@ -889,7 +892,7 @@ def test_a_checkpoint_cut_short_by_a_preemption_is_replaced_before_training_resu
 
 class _EndedJob:
     """A Slurm job whose process has ended, as submitit shows it: its result file (if it left one), what its
-    result() raises, and the states sacct gives, one a call (the last one repeated)."""
+    result() raises, and the states sacct gives, one a call (the last one repeated: ``asked_by``)."""
 
     def __init__(self, folder: Path, states: list[str], error: str | None):
         from submitit.core.utils import FailedJobError, UncompletedJobError
@@ -903,12 +906,14 @@ class _EndedJob:
         else:
             self.raised = UncompletedJobError("has not produced any output (state: ...)")
 
-    def get_info(self, mode):
-        self.calls += 1
+    def asked_by(self, scheduler):
+        """``scheduler`` whose sacct calls answer this job's states."""
+        def sacct():
+            self.calls += 1
+            scheduler._states[self.job_id] = self.states[min(self.calls, len(self.states)) - 1]
 
-    @property
-    def state(self):
-        return self.states[min(self.calls, len(self.states)) - 1]
+        scheduler._ask_sacct = sacct
+        return scheduler
 
     def result(self):
         raise self.raised
@@ -935,7 +940,7 @@ def test_how_a_job_ended_is_the_schedulers_end_state_first(tmp_path, states, err
     from nat_kd.launch.jobs import JobFailed, Scheduler
 
     job = _EndedJob(tmp_path, states, error)
-    scheduler = Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=5))
+    scheduler = job.asked_by(Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=5)))
     with pytest.raises(JobFailed) as failed:
         scheduler.outcome(job)
     assert str(failed.value) == message and failed.value.retry == retry and not failed.value.requeued
@@ -948,7 +953,7 @@ def test_a_signalled_job_that_slurm_requeued_itself_is_waited_on_again(tmp_path)
     from nat_kd.launch.jobs import JobFailed, Scheduler
 
     job = _EndedJob(tmp_path, ["RUNNING", "REQUEUED"], "nat_kd.launch.signals.JobSignalled: step t: ...")
-    scheduler = Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=5))
+    scheduler = job.asked_by(Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=5)))
     with pytest.raises(JobFailed) as failed:
         scheduler.outcome(job)
     assert failed.value.requeued and not job.paths.result_pickle.exists()
@@ -962,7 +967,7 @@ def test_a_job_neither_sacct_nor_squeue_knows_counts_as_ended_after_a_bounded_wa
 
     SlurmStandIn(tmp_path / "slurm", monkeypatch, _first_id())
     job = _EndedJob(tmp_path, ["UNKNOWN"], None)
-    scheduler = Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=0.5))
+    scheduler = job.asked_by(Scheduler("slurm", LauncherSettings(poll_seconds=0.01, unknown_seconds=0.5)))
     started = time.monotonic()
     states = []
     while not states or states[-1] == "UNKNOWN":
@@ -1358,6 +1363,7 @@ for _ in range(5):
 
 
 def test_a_failing_saccts_warning_is_printed_once(tmp_path, monkeypatch):
+    """sacct failing at every call: one warning, and sacct's own error is not printed at each call."""
     first = _first_id()
     slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
     slurm.accounting(False)
@@ -1365,8 +1371,9 @@ def test_a_failing_saccts_warning_is_printed_once(tmp_path, monkeypatch):
                                                                       job_id=first)],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert found.returncode == 0, found.stderr
-    printed = (found.stdout + found.stderr).count("Bypassing sacct error")  # sacct's own stderr aside
-    assert printed == 1, found.stdout + found.stderr
+    assert len(slurm.calls("sacct")) >= 5
+    printed = found.stdout + found.stderr
+    assert printed.count("sacct does not answer") == 1 and printed.count("accounting storage is disabled") == 1, printed
 
 
 @pytest.mark.parametrize("text, message", [
@@ -1427,3 +1434,273 @@ def test_dry_run_honours_only(tmp_path, capsys):
     assert code == 0, err
     headings = [line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")]
     assert headings == ["prepare", "teacher.tiny"]
+
+
+# ------------------------------------------------------------------ what independent reviews broke (issue 71)
+
+
+STOPPED_DRIVER = """
+import logging, os, signal, sys, threading, time
+from functools import partial
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import test_cluster as t
+from nat_kd.cli import run
+from nat_kd.engine.cluster import JobLauncher, run_stoppable, submit_detached
+from nat_kd.engine.runner import Runner, Step
+root = Path({root!r})
+logging.basicConfig(level=logging.INFO)
+how = {how!r}
+plan = t._plan() if how == "detached" else [t._plan()[0]]
+launcher = JobLauncher(root, "slurm", t.FAST, detach=how == "detached")
+if how == "in a worker thread":  # both signals taken by a thread that is not the main one, as the kernel may
+    def fire():
+        while not (root / "fire").exists():
+            time.sleep(0.01)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        time.sleep(0.001)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    threading.Thread(target=fire, daemon=True).start()
+if how == "while the line is made":  # one more signal just as the driver makes its last line
+    made = JobLauncher.stop_report
+    def report(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return made(self)
+    JobLauncher.stop_report = report
+runner = Runner(root, launcher=launcher)
+if how == "detached":
+    sys.exit(run(lambda: submit_detached(launcher, runner, plan, "then --list"), resumable=True))
+sys.exit(run(lambda: run_stoppable(runner, plan, launcher), resumable=True))
+"""
+
+
+def _stopped_driver(root, how, **popen):
+    """A study driver of the stand-in's Slurm in its own process (as ``python -m nat_kd.study`` runs it), its
+    output in root/driver.log."""
+    root.mkdir()
+    with open(root / "driver.log", "w") as streams:
+        return subprocess.Popen([sys.executable, "-c", STOPPED_DRIVER.format(tests=str(ROOT / "tests"), root=str(root),
+                                                                          how=how)],
+                                cwd=ROOT, stdout=streams, stderr=subprocess.STDOUT, **popen)
+
+
+def _ended(driver, root, seconds=30):
+    """The driver's output once it has ended, within ``seconds`` (else it is killed, and the test fails)."""
+    try:
+        driver.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        driver.wait()
+        pytest.fail(f"the driver did not stop within {seconds} s: {(root / 'driver.log').read_text()}")
+    return (root / "driver.log").read_text()
+
+
+def test_two_signals_taken_by_a_worker_thread_stop_the_driver(tmp_path, monkeypatch):
+    """SIGINT then SIGTERM 1 ms later, both handled by a thread other than the main one (the kernel gives a
+    process's signal to any thread that takes it, e.g. when the main thread has one pending already): the main
+    thread, waiting on its steps, still acts on them within a bounded time; the job is cancelled, the line says
+    so."""
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    root = tmp_path / "study"
+    driver = _stopped_driver(root, "in a worker thread")
+    _until(lambda: (root / "jobs" / "a" / "submitted.json").exists() or driver.poll() is not None, "not submitted")
+    (root / "fire").touch()
+    output = _ended(driver, root)
+    assert f"jobs: cancelled: a (slurm job {first})" in output and slurm.cancelled() == [str(first)], output
+
+
+def test_a_signal_while_the_last_line_is_made_does_not_lose_it(tmp_path, monkeypatch):
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    root = tmp_path / "study"
+    driver = _stopped_driver(root, "while the line is made")
+    _until(lambda: (root / "jobs" / "a" / "submitted.json").exists() or driver.poll() is not None, "not submitted")
+    driver.send_signal(signal.SIGTERM)
+    output = _ended(driver, root)
+    assert f"jobs: cancelled: a (slurm job {first})" in output and slurm.cancelled() == [str(first)], output
+    assert "signal 15 again: still stopping the jobs" in output
+
+
+def test_a_detached_driver_signalled_during_sbatch_leaves_a_marker_and_the_rerun_no_duplicate(tmp_path, monkeypatch):
+    """--detach, SIGTERM while sbatch has queued a job but not yet printed its id: the driver stops once the job's
+    marker is written, naming the job it leaves in the queue, and a rerun finds it instead of submitting it
+    again."""
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    slurm.hold_sbatch(True)
+    root = tmp_path / "study"
+    driver = _stopped_driver(root, "detached")
+    _until(lambda: slurm.held() or driver.poll() is not None, "sbatch was not called")
+    driver.send_signal(signal.SIGTERM)
+    slurm.hold_sbatch(False)
+    slurm.release_sbatch()
+    output = _ended(driver, root)
+    queued = {name: job_id for job_id, (name, _) in slurm.jobs().items()}
+    assert list(queued) == ["a"] and f"jobs: left running: a (slurm job {first})" in output, output
+    assert Submitted.read(root / "jobs" / "a" / "submitted.json").job_id == str(first)
+    runner = Runner(root, launcher=JobLauncher(root, "slurm", FAST, detach=True))
+    lines, _ = runner.launcher.submit_plan(runner, _plan())
+    assert lines[0] == f"a: slurm job {first} already in the queue" and len(slurm.jobs()) == 3
+
+
+def test_a_group_signal_during_sbatch_never_leaves_a_job_the_driver_did_not_learn_of(tmp_path, monkeypatch):
+    """Ctrl-C in the driver's terminal signals its whole process group, sbatch too: sbatch, which has queued the
+    job and not yet printed its id, still prints it, and the driver cancels the job and names it."""
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    slurm.hold_sbatch(True)
+    root = tmp_path / "study"
+    driver = _stopped_driver(root, "driven", start_new_session=True)
+    _until(lambda: slurm.held() or driver.poll() is not None, "sbatch was not called")
+    os.killpg(driver.pid, signal.SIGINT)
+    slurm.release_sbatch()
+    output = _ended(driver, root)
+    assert f"jobs: cancelled: a (slurm job {first})" in output and slurm.cancelled() == [str(first)], output
+
+
+def _drive(runner, steps):
+    """``runner.run(steps)`` in a thread: its records or its error land in the lists returned."""
+    import threading
+
+    records, errors = [], []
+
+    def drive():
+        try:
+            records.append(runner.run(steps))
+        except Exception as err:  # noqa: BLE001 - the test reports it
+            errors.append(err)
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    return driver, records, errors
+
+
+def _sacct_answered(slurm):
+    """Once sacct has been called twice more: it has answered the states set before."""
+    calls = len(slurm.calls("sacct"))
+    _until(lambda: len(slurm.calls("sacct")) >= calls + 2, "sacct was not asked")
+
+
+def test_an_accounting_outage_after_sacct_knew_a_job_is_read_through_squeue(tmp_path, monkeypatch, caplog):
+    """sacct answers RUNNING, then fails while the job's node fails (no result; squeue no longer lists it): the
+    driver asks squeue, counts the job as ended after unknown_seconds and resubmits the step; it says once that
+    sacct does not answer."""
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    root = tmp_path / "study"
+    cluster = ClusterConfig(LauncherSettings(poll_seconds=0.1, unknown_seconds=0.5))
+    driver, records, errors = _drive(Runner(root, launcher=JobLauncher(root, "slurm", cluster)), [_plan()[0]])
+    _until(lambda: slurm.jobs(), "the step was not submitted")
+    slurm.set_states(**{str(first): "RUNNING"})
+    _sacct_answered(slurm)
+    slurm.accounting(False)
+    slurm.set_states(**{str(first): "NODE_FAIL"})
+    _until(lambda: len(slurm.jobs()) == 2 or errors, "the step was not resubmitted", 30)
+    record = {"result": {"text": "1"}, "wall_seconds": 1.0}
+    _result(root / "jobs" / "a", str(first + 1), record)
+    driver.join(30)
+    assert records == [{"a": record}] and not errors, errors
+    warnings = [r.getMessage() for r in caplog.records if "sacct does not answer" in r.getMessage()]
+    assert warnings == ["sacct does not answer (sacct: error: Slurm accounting storage is disabled); the jobs are "
+                        "looked up in squeue until it does"]
+
+
+def test_a_job_is_never_counted_as_ended_while_neither_sacct_nor_squeue_answers(tmp_path, monkeypatch):
+    """sacct and squeue both failing for many times unknown_seconds: the step's job is waited on, no second job
+    is submitted into its folder; once they answer, the job's end is read as usual."""
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    slurm.accounting(False)
+    slurm.queue(False)
+    root = tmp_path / "study"
+    cluster = ClusterConfig(LauncherSettings(poll_seconds=0.05, unknown_seconds=0.2))
+    driver, records, errors = _drive(Runner(root, launcher=JobLauncher(root, "slurm", cluster)), [_plan()[0]])
+    _until(lambda: (calls := slurm.calls("squeue")) and calls[-1] - calls[0] > 5 * 0.2 or errors,
+           "squeue was not asked for long")
+    assert list(slurm.jobs()) == [str(first)] and driver.is_alive(), errors
+    slurm.queue(True)
+    slurm.accounting(True)
+    record = {"result": {"text": "1"}, "wall_seconds": 1.0}
+    _result(root / "jobs" / "a", str(first), record)
+    slurm.set_states(**{str(first): "COMPLETED"})
+    driver.join(30)
+    assert records == [{"a": record}] and list(slurm.jobs()) == [str(first)], errors
+
+
+@pytest.mark.parametrize("settings", ["other", "same"])
+def test_a_marker_of_a_job_slurm_never_knew_neither_blocks_the_step_nor_uses_a_retry(tmp_path, monkeypatch,
+                                                                                     settings):
+    """A step's marker names job 999999, which sacct and squeue never knew: with other settings the step is
+    not refused (scancel could not cancel such a job); with the same, it is waited on for unknown_seconds and
+    then submitted without using up a retry, so that a preemption afterwards is still resubmitted
+    (max_retries = 1)."""
+    from nat_kd.engine.runner import step_fingerprint
+
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    root = tmp_path / "study"
+    step = _plan()[0]
+    marker = root / "jobs" / "a" / "submitted.json"
+    marker.parent.mkdir(parents=True)
+    Submitted("slurm", "999999", str(marker.parent),
+              step_fingerprint(step, {}) if settings == "same" else "other settings").write(marker)
+    cluster = ClusterConfig(LauncherSettings(poll_seconds=0.05, unknown_seconds=0.3, max_retries=1))
+    driver, records, errors = _drive(Runner(root, launcher=JobLauncher(root, "slurm", cluster)), [step])
+    _until(lambda: slurm.jobs() or errors, "the step was not submitted")
+    assert not errors, errors
+    slurm.set_states(**{str(first): "PREEMPTED"})
+    _until(lambda: len(slurm.jobs()) == 2 or errors, "the preempted step was not resubmitted")
+    record = {"result": {"text": "1"}, "wall_seconds": 1.0}
+    _result(root / "jobs" / "a", str(first + 1), record)
+    slurm.set_states(**{str(first + 1): "COMPLETED"})
+    driver.join(30)
+    assert records == [{"a": record}] and not errors, errors
+
+
+def test_a_queued_job_whose_id_was_lost_is_found_by_its_name(tmp_path, monkeypatch):
+    """The step's job is in Slurm's queue but its marker is gone (the driver was killed between sbatch and the
+    marker): the rerun finds the job by its name, unique to the run and the step, and waits for it instead of
+    submitting another."""
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    root = tmp_path / "study"
+    script = tmp_path / "a.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --job-name={job_name('a', root)}\n")
+    subprocess.run(["sbatch", str(script)], check=True, capture_output=True)
+    driver, records, errors = _drive(Runner(root, launcher=JobLauncher(root, "slurm", FAST)), [_plan()[0]])
+    marker = root / "jobs" / "a" / "submitted.json"
+    _until(lambda: marker.exists() or errors, "the step's job was neither found nor submitted")
+    assert Submitted.read(marker).job_id == str(first) and list(slurm.jobs()) == [str(first)], errors
+    record = {"result": {"text": "1"}, "wall_seconds": 1.0}
+    _result(root / "jobs" / "a", str(first), record)
+    slurm.set_states(**{str(first): "COMPLETED"})
+    driver.join(30)
+    assert records == [{"a": record}] and list(slurm.jobs()) == [str(first)], errors
+
+
+@pytest.mark.slow
+def test_a_step_out_of_time_after_submitits_requeues_is_resubmitted(tmp_path, monkeypatch):
+    """Slurm's time limit as submitit meets it: SIGUSR2 to the job's step, submitit requeues the job (scontrol
+    requeue, the same id) up to 3 times, and at the fourth it saves "timed-out too many times" as the job's
+    error. That is a time limit, not the step's own error: the step is resubmitted (max_retries) and runs."""
+    from functools import partial
+
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first, run=True)
+    root = tmp_path / "study"
+    step = Step("slow", "test", {}, partial(_wait_for_file, deps=[], value="s", flag=str(root / "go")))
+    # a one-minute limit: every USR2 comes after the time submitit guarantees, so each counts as a time-out
+    cluster = ClusterConfig(LauncherSettings(poll_seconds=0.2), {"test": {"hours": 0.01}})
+    driver, records, errors = _drive(Runner(root, launcher=JobLauncher(root, "slurm", cluster)), [step])
+    starts = lambda: len((root / "starts.txt").read_text().split()) if (root / "starts.txt").exists() else 0  # noqa: E731
+    for run in range(1, 5):
+        _until(lambda: starts() == run or errors, f"run {run} of the job did not start", 120)
+        slurm.time_limit(str(first))
+    _until(lambda: len(slurm.jobs()) == 2 or errors or not driver.is_alive(), "the step was not resubmitted", 120)
+    (root / "go").touch()
+    driver.join(120)
+    assert not errors, errors
+    assert records[0]["slow"]["launcher"]["jobs"] == [{"job_id": str(first), "state": "TIMEOUT"},
+                                                      {"job_id": str(first + 1), "state": "COMPLETED"}]
+    assert starts() == 5

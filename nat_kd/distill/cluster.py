@@ -30,7 +30,7 @@ from nat_kd.hashing import sha256_json
 from nat_kd.errors import SettingsError
 from nat_kd.launch.arguments import add_launcher_arguments
 from nat_kd.launch.jobs import JobFailed, Scheduler, Submitted, ended, resubmits
-from nat_kd.launch.sbatch import make_executor, sbatch_lines, sbatch_script, submission
+from nat_kd.launch.sbatch import job_name, make_executor, sbatch_lines, sbatch_script, submission
 from nat_kd.launch.settings import GENERATOR, ClusterConfig, LaunchError, check_job, check_tables, read_cluster_file
 from nat_kd.launch.signals import critical, noting_sigterm, sigterm_as_interrupt, submitit_warnings_once
 
@@ -79,7 +79,8 @@ class ShardLauncher:
         self.num_shards = cfg.num_shards or 1
         self.out = Path(cfg.out_dir)
         self.folder = self.out.with_name(self.out.name + ".jobs")
-        self.name, self.merge_name = f"nat_kd.distil.{self.out.name}", f"nat_kd.merge.{self.out.name}"
+        self.name = job_name(f"distil.{self.out.name}", self.out)
+        self.merge_name = job_name(f"merge.{self.out.name}", self.out)
         # the generator's own options say how it decodes (--fp16, --compute-type): the study's fp16 is not read
         check_tables(cluster, GENERATOR, where, here={"fp16": "the teacher's precision here is --fp16"})
         self.resources = cluster.resources_for(GENERATOR, "distil")
@@ -95,6 +96,7 @@ class ShardLauncher:
         # what the jobs compute: a marker left by another command is not waited on
         self.scheduler = Scheduler(launcher, cluster.launcher)
         self.jobs = {}  # shard (or "merge") -> its job while it is queued or running
+        self.retries = dict.fromkeys(range(self.num_shards), 0)  # each shard's resubmissions that used up a retry
         self.stopped: dict[str, list[str]] = {"cancelled": [], "left running": []}
         self.key = sha256_json({k: v for k, v in asdict(cfg).items() if k not in ("shard_id", "progress_bar")})
 
@@ -155,7 +157,7 @@ class ShardLauncher:
         merged, failures = False, []
         try:
             if to_submit:
-                with critical(), submission():
+                with critical(), submission(self.launcher):
                     submitted = self._executor().map_array(ShardJob(), [self.cfg] * len(to_submit), to_submit,
                                                            [self.num_shards] * len(to_submit))
                     for shard, job in zip(to_submit, submitted):
@@ -215,9 +217,10 @@ class ShardLauncher:
     def _again(self, shard: int, failed: JobFailed, history: list[dict]) -> str | None:
         """A failed shard resubmitted (stopped from outside its work, retries left: its new job in ``jobs``), or
         the line that reports it (its last job's failure, the jobs before it, and the log)."""
-        if resubmits(failed, len(history) - 1, self.cluster.launcher, f"shard {shard}", "its saved chunks"):
+        if resubmits(failed, self.retries[shard], self.cluster.launcher, f"shard {shard}", "its saved chunks"):
+            self.retries[shard] += failed.counted
             try:
-                with critical(), submission():
+                with critical(), submission(self.launcher):
                     job = self._executor().submit(ShardJob(), self.cfg, shard, self.num_shards)
                     self._submitted(shard, job)
                     self.jobs[shard] = job
@@ -234,7 +237,7 @@ class ShardLauncher:
         executor = make_executor(self.launcher, self.folder, self.merge_resources, self.cluster.launcher,
                                  self.merge_name)
         try:
-            with critical(), submission():
+            with critical(), submission(self.launcher):
                 job = self.jobs["merge"] = executor.submit(merge, self.cfg)
             logger.info("merging in %s job %s", self.launcher, job.job_id)
             while self.scheduler.running(job):
@@ -299,11 +302,11 @@ def launch(args, cfg):
             print(line)
         return None
     submitit_warnings_once()
-    try:
-        with sigterm_as_interrupt():
+    with sigterm_as_interrupt():  # the line too: a signal after the handlers are restored would end the driver first
+        try:
             launcher.run()
-    except KeyboardInterrupt:
-        print(f"jobs: {launcher.stop_report()}", file=sys.stderr)
-        raise
+        except KeyboardInterrupt:
+            print(f"jobs: {launcher.stop_report()}", file=sys.stderr)
+            raise
     out = DistilledSet(cfg.out_dir)
     return DistillResult(out.root, True, out.meta())

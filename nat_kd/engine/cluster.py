@@ -21,11 +21,11 @@ from pathlib import Path
 import submitit
 
 from nat_kd.hashing import sha256_json
-from nat_kd.launch.jobs import JobFailed, Scheduler, Stopped, Submitted, ended, resubmits
-from nat_kd.launch.sbatch import make_executor, sbatch_lines, sbatch_script, submission
+from nat_kd.launch.jobs import JobFailed, Scheduler, Stopped, Submitted, ended, queued_by_name, resubmits
+from nat_kd.launch.sbatch import job_name, make_executor, sbatch_lines, sbatch_script, submission
 from nat_kd.launch.settings import (JOB_RESOURCES, KINDS, STUDY, ClusterConfig, LaunchError, LauncherSettings,
                                     Resources, check_job, check_tables)
-from nat_kd.launch.signals import noting_sigterm, sigterm_as_interrupt
+from nat_kd.launch.signals import critical, noting_sigterm, sigterm_as_interrupt
 
 from .runner import Runner, Step, StepError, execute, step_recipe
 
@@ -115,7 +115,7 @@ class JobLauncher:
             logger.info("%s: %s job %s from an earlier run is still running; waiting for it", step.name,
                         self.launcher, job.job_id)
             self._track(step, job)
-        log, earlier = self.root / "logs" / f"{step.name}.log", []
+        log, earlier, retries = self.root / "logs" / f"{step.name}.log", [], 0
         while True:
             if job is None:
                 job = self._submit(step, fingerprint, records, tuple(earlier))
@@ -130,7 +130,8 @@ class JobLauncher:
                     continue
                 self._untrack(step)
                 earlier.append(ended(job.job_id, failed.state))
-                if resubmits(failed, len(earlier) - 1, self.settings, f"step {step.name}", "its work folder"):
+                if resubmits(failed, retries, self.settings, f"step {step.name}", "its work folder"):
+                    retries += failed.counted
                     job = None
                     continue
                 shown = log if log.is_file() else failed.log
@@ -159,10 +160,11 @@ class JobLauncher:
         """The step's job, submitted, its marker written, and tracked; a StepError if the scheduler refuses it
         (this step fails; the jobs running go on: Runner.run collects them)."""
         resources = step_resources(self.cluster, step)
-        executor = make_executor(self.launcher, self.folder(step), resources, self.settings, f"nat_kd.{step.name}")
+        executor = make_executor(self.launcher, self.folder(step), resources, self.settings,
+                                 job_name(step.name, self.root))
         results = {n: r["result"] for n, r in records.items()}
         try:
-            with submission():
+            with submission(self.launcher):
                 job = executor.submit(StepJob(), str(self.root), step, fingerprint, results, resources,
                                       self.launcher, self.max_jobs, recipe=step_recipe(step, records),
                                       earlier=earlier)
@@ -177,18 +179,37 @@ class JobLauncher:
     def _queued(self, step: Step, fingerprint: str | None = None):
         """The job an earlier run submitted for ``step`` (on these inputs, or by --detach) if it is still queued
         or running, else None; a StepError if one submitted with other settings is, since a second job would
-        work in the same folder (wiping it, or continuing the same training beside it)."""
+        work in the same folder (wiping it, or continuing the same training beside it). Without a marker, a
+        job of the step's name in Slurm's queue is the step's, whose id an earlier run lost: it is waited on
+        instead of submitting another."""
         previous = Submitted.read(self.folder(step) / "submitted.json")
         if previous is None or previous.launcher != self.launcher:
-            return None
+            return self._found_by_name(step, fingerprint)
         job = previous.job()
-        if not self.scheduler.running(job):
-            return None
-        if previous.key not in (fingerprint, plan_key(step)):
+        if previous.key in (fingerprint, plan_key(step)):
+            return job if self.scheduler.running(job) else None
+        # refused only once the scheduler says the job is there: an id it never knows is a stale marker
+        if self.scheduler.running(job, confirmed=True):
             raise StepError(f"step {step.name}: {self.launcher} job {job.job_id}, submitted by an earlier run with "
                             "other settings, is still queued or running in its folder; wait for it to end or "
                             f"cancel it{' (scancel ' + str(job.job_id) + ')' if self.launcher == 'slurm' else ''}, "
                             "then run again")
+        return None
+
+    def _found_by_name(self, step: Step, fingerprint: str | None):
+        """A Slurm job of the step's name (unique to this run and step) in the queue, with no marker: its
+        marker written (for these inputs), and the job returned; else None."""
+        if self.launcher != "slurm":
+            return None
+        name = job_name(step.name, self.root)
+        ids = queued_by_name(name) or []
+        if not ids:
+            return None
+        job = submitit.SlurmJob(folder=self.folder(step), job_id=ids[0])
+        logger.warning("%s: slurm job %s, named %s, is in the queue with no marker (an earlier run lost its id): "
+                       "taken as the step's, instead of submitting another", step.name, job.job_id, name)
+        Submitted(self.launcher, str(job.job_id), str(self.folder(step)), fingerprint or plan_key(step)).write(
+            self.folder(step) / "submitted.json")
         return job
 
     def submit_plan(self, runner: Runner, steps: list[Step]) -> tuple[list[str], list[str]]:
@@ -223,24 +244,27 @@ class JobLauncher:
                 if not failed:
                     ids[step.name] = str(job.job_id)
                     lines.append(f"{step.name}: {self.launcher} job {job.job_id} already in the queue")
+                    self.stopped["left running"].append(f"{step.name} ({self.launcher} job {job.job_id})")
                     continue
                 job.cancel(check=False)
                 cancelled = (f"cancelled {self.launcher} job {job.job_id}, which waited on a failed job of "
                              f"{', '.join(failed)}; ")
             resources = step_resources(self.cluster, step)
             executor = make_executor(self.launcher, self.folder(step), resources, self.settings,
-                                     f"nat_kd.{step.name}", after)
+                                     job_name(step.name, self.root), after)
             try:
-                with submission():
+                # a signal meanwhile is raised once the job's marker is written: a rerun then finds the job
+                with critical(), submission(self.launcher):
                     job = executor.submit(StepJob(), str(self.root), step, None, None, resources, self.launcher,
                                           self.max_jobs, [by_name[d] for d in step.deps])
+                    Submitted(self.launcher, str(job.job_id), str(self.folder(step)), plan_key(step)).write(
+                        self.folder(step) / "submitted.json")
+                    self.stopped["left running"].append(f"{step.name} ({self.launcher} job {job.job_id})")
             except LaunchError as err:
                 failures.append(f"step {step.name} failed: {cancelled}{err}")
                 continue
             ids[step.name] = str(job.job_id)
             fresh.add(step.name)
-            Submitted(self.launcher, str(job.job_id), str(self.folder(step)), plan_key(step)).write(
-                self.folder(step) / "submitted.json")
             lines.append(f"{step.name}: {cancelled}submitted {self.launcher} job {job.job_id}"
                          + (f" after job(s) {', '.join(after)}" if after else "") + f" ({resources.describe()})")
         return lines, failures
@@ -299,18 +323,25 @@ def run_stoppable(runner: Runner, steps: list[Step], launcher: JobLauncher | Non
     its jobs cancelled or left running and a line saying which."""
     if launcher is None:
         return runner.run(steps)
-    try:
-        with sigterm_as_interrupt():
+    with sigterm_as_interrupt():  # the line too: a signal after the handlers are restored would end the driver first
+        try:
             return runner.run(steps)
-    except KeyboardInterrupt:
-        print(f"jobs: {launcher.stop_report()}", file=sys.stderr)
-        raise
+        except KeyboardInterrupt:
+            print(f"jobs: {launcher.stop_report()}", file=sys.stderr)
+            raise
 
 
 def submit_detached(launcher: JobLauncher, runner: Runner, steps: list[Step], then: str) -> int:
     """--launcher slurm --detach: the plan's jobs chained in Slurm's queue (JobLauncher.submit_plan), a line
-    each, and ``then`` (what to run next); 2 where a step could not be submitted."""
-    lines, failures = launcher.submit_plan(runner, steps)
+    each, and ``then`` (what to run next); 2 where a step could not be submitted. Stopped by Ctrl-C or SIGTERM,
+    it ends once the job being submitted has its marker, the jobs queued so far named in one line: they stay in
+    the queue, and a rerun finds them."""
+    with sigterm_as_interrupt():
+        try:
+            lines, failures = launcher.submit_plan(runner, steps)
+        except KeyboardInterrupt:
+            print(f"jobs: {launcher.stop_report()}", file=sys.stderr)
+            raise
     for line in lines + failures:
         print(line)
     print(f"{len(lines)} job(s) in the queue; {then}")
@@ -324,8 +355,10 @@ def job_notes(root: Path, steps: list[Step]) -> dict[str, str]:
     """For --list: the job a run submitted for each of ``steps`` (not done: queued, running, or ended without
     its record), with its state read back from Slurm (sacct) now; a step without one has none."""
     submitted = {s.name: job for s in steps if (job := Submitted.read(Path(root) / "jobs" / s.name / "submitted.json"))}
-    jobs = {name: job.job() for name, job in submitted.items()}  # made first: one sacct call asks about them all
+    jobs = {name: job.job() for name, job in submitted.items()}
     schedulers = {launcher: Scheduler(launcher, LauncherSettings()) for launcher in {j.launcher for j in submitted.values()}}
+    for name, job in jobs.items():  # watched first: one sacct call asks about them all
+        schedulers[submitted[name].launcher].watch([job])
     return {name: f"  ({job.launcher} job {job.job_id} {schedulers[job.launcher].state(jobs[name])})"
             for name, job in submitted.items()}
 
@@ -344,7 +377,7 @@ def dry_run(steps: list[Step], runner, cluster: ClusterConfig, detach: bool = Fa
         resources = step_resources(cluster, step)
         lines.append(f"{step.name}  [{step.kind}: {resources.describe()}]{after}")
         waits = tuple(d for d in step.deps if d in pending and not by_name[d].in_driver) if detach else ()
-        script = sbatch_script(resources, cluster.launcher, f"nat_kd.{step.name}", runner.root / "jobs" / step.name,
-                               after=waits)
+        script = sbatch_script(resources, cluster.launcher, job_name(step.name, runner.root),
+                               runner.root / "jobs" / step.name, after=waits)
         lines += [f"    {line}" for line in sbatch_lines(script)]
     return lines

@@ -51,6 +51,9 @@ RETRIED_STATES = ("PREEMPTED", "NODE_FAIL", "BOOT_FAIL", "TIMEOUT", "INTERRUPTED
 NOT_FOUND = "NOT_FOUND"
 # what a job's error says when the scheduler signalled the job before its work failed (signals.JobSignalled)
 SIGNALLED = "JobSignalled"
+# what submitit's job saves as its error at a time limit once its requeues are spent (max_num_timeout, 3): the job
+# ran out of time, as a TIMEOUT does, so it is retried as one
+TIMED_OUT = "Job not requeued because: timed-out"
 
 
 def classify(state: str) -> str:
@@ -92,30 +95,50 @@ class Submitted:
 class JobFailed(Exception):
     """A job that ended without its result. ``message``: one line, which job and why; ``state``: its end state;
     ``retry``: that state when running it again may succeed (stopped from outside its work), else None;
-    ``requeued``: the scheduler put the same job back in its queue (wait on it again); ``log``: its stderr."""
+    ``requeued``: the scheduler put the same job back in its queue (wait on it again); ``log``: its stderr;
+    ``counted``: its resubmission uses up a retry (not so for an id the scheduler never knew: nothing ran)."""
 
-    def __init__(self, message: str, state: str, retry: str | None, log: Path | None, requeued: bool = False):
+    def __init__(self, message: str, state: str, retry: str | None, log: Path | None, requeued: bool = False,
+                 counted: bool = True):
         super().__init__(message)
-        self.state, self.retry, self.log, self.requeued = state, retry, log, requeued
+        self.state, self.retry, self.log, self.requeued, self.counted = state, retry, log, requeued, counted
 
 
 class Scheduler:
     """The scheduler as one driver sees its jobs, shared by the driver's threads.
 
-    sacct is asked about all the jobs at once through submitit's shared watcher, forced every [launcher]
-    poll_seconds at most (left alone, submitit asks at half the age of its newest job, up to every 10 minutes, so
-    a job's end could be seen 10 minutes late). A job sacct does not know (its accounting lags or fails, or the id
-    is not this cluster's) is looked up in squeue; known to neither for [launcher] unknown_seconds, it counts as
-    ended (NOT_FOUND), with one warning."""
+    sacct is asked about all the jobs at once, every [launcher] poll_seconds at most (submitit's own watcher,
+    left alone, asks at half the age of its newest job, up to every 10 minutes, so a job's end could be seen 10
+    minutes late; and it keeps the last state it had through a failing sacct, so an outage would hide a job's
+    end). A job sacct does not know, or every job while sacct fails (its accounting lags or is down, or the id is
+    not this cluster's), is looked up in squeue; one that squeue says it does not know either, for [launcher]
+    unknown_seconds, counts as ended (NOT_FOUND), with one warning. While squeue fails too nothing says the job
+    has left the queue: it is waited on (one warning), never counted as ended, since a second job of its step
+    would work in the same folder."""
 
     def __init__(self, launcher: str, settings: LauncherSettings):
         self.launcher, self.settings = launcher, settings
         self._lock = threading.Lock()
         self._asked = float("-inf")
+        self._watched: set[str] = set()  # the jobs asked about: one sacct call asks about them all
+        self._states: dict[str, str] = {}  # sacct's states of the jobs it knew at its last answer
+        self._answered = True  # whether sacct answered its last call
+        self._known: set[str] = set()  # the jobs sacct or squeue has known
         self._unknown_since: dict[str, float] = {}
-        self._lost: set[str] = set()  # the jobs counted as ended (NOT_FOUND): warned about once
+        self._warned: set[str] = set()  # each warning once (per job where it names one)
 
     # ---------------------------------------------------------------- states
+
+    def watch(self, jobs) -> None:
+        """Ask about ``jobs`` too from now on (the next state() asks sacct at once, about all of them)."""
+        with self._lock:
+            self._watch(jobs)
+
+    def _watch(self, jobs) -> None:
+        new = {str(job.job_id) for job in jobs} - self._watched
+        if new:
+            self._watched |= new
+            self._asked = float("-inf")
 
     def state(self, job) -> str:
         """The job's state now: Slurm's (PENDING, RUNNING, PREEMPTED, ... or NOT_FOUND), or for submitit-local
@@ -127,39 +150,84 @@ class Scheduler:
                 return "RUNNING"
             # submitit's own state where the driver holds the process (INTERRUPTED: killed by a signal)
             return job.state if getattr(job, "_process", None) is not None else "ENDED"
+        job_id = str(job.job_id)
         with self._lock:
+            self._watch([job])
             if time.monotonic() - self._asked >= self.settings.poll_seconds:
-                job.get_info(mode="force")  # one sacct call: submitit's watcher asks about every job it was given
+                self._ask_sacct()
                 self._asked = time.monotonic()
-            state = job.state
+            state = self._states.get(job_id, "UNKNOWN")
+            if not self._answered and classify(state) != "final":  # what sacct said last may be over by now
+                state = "UNKNOWN"
             if state.split(" ")[0].upper() != "UNKNOWN":
-                self._unknown_since.pop(str(job.job_id), None)
+                self._known.add(job_id)
+                self._unknown_since.pop(job_id, None)
                 return state
-            return self._unknown(str(job.job_id))
+            return self._unknown(job_id)
+
+    def knew(self, job) -> bool:
+        """Whether sacct or squeue has ever known the job (an id it never knew ran nothing)."""
+        with self._lock:
+            return str(job.job_id) in self._known
+
+    def _ask_sacct(self) -> None:
+        """One sacct call about every job watched that has not ended for good; its answer in ``_states``, read by
+        submitit's own reader (an array's tasks, "1_[2-5]" ranges of pending ones); sacct's error is warned about
+        once, not printed at every call."""
+        ids = sorted({i.split("_")[0] for i in self._watched if classify(self._states.get(i, "UNKNOWN")) != "final"})
+        if not ids:
+            return
+        found = _command(["sacct", "-o", "JobID,State,NodeList", "--parsable2",
+                          *(flag for i in ids for flag in ("-j", i))])
+        self._answered = found is not None and found.returncode == 0
+        if not self._answered:
+            self._warn(f"sacct does not answer ({_said(found)}); the jobs are looked up in squeue until it does")
+            return
+        from submitit.slurm.slurm import SlurmInfoWatcher
+
+        read = SlurmInfoWatcher().read_info(found.stdout)
+        self._states.update({i: info["State"] for i, info in read.items() if info.get("State")})
 
     def _unknown(self, job_id: str) -> str:
-        """The state of a job sacct does not know: squeue's, else UNKNOWN, or NOT_FOUND once that has lasted
-        unknown_seconds."""
-        queued = _squeue_state(job_id)
-        if queued:
+        """The state of a job sacct does not know now: squeue's, else UNKNOWN, or NOT_FOUND once squeue has said
+        for unknown_seconds that it does not know it either."""
+        found = _command(["squeue", "--noheader", "--jobs", job_id, "--format", "%T"])
+        states = found.stdout.split() if found is not None and found.returncode == 0 else []
+        if states:
+            self._known.add(job_id)
             self._unknown_since.pop(job_id, None)
-            return queued
+            return states[0]
+        if found is None or (found.returncode != 0 and "Invalid job id" not in found.stderr):
+            # squeue fails too: nothing says the job has left the queue; the clock starts when squeue answers
+            self._unknown_since.pop(job_id, None)
+            self._warn(f"slurm job {job_id}: neither sacct nor squeue answers (squeue: {_said(found)}); waiting "
+                       "for them")
+            return "UNKNOWN"
         since = self._unknown_since.setdefault(job_id, time.monotonic())
         if time.monotonic() - since < self.settings.unknown_seconds:
             return "UNKNOWN"
-        if job_id not in self._lost:
-            self._lost.add(job_id)
-            logger.warning("slurm job %s: neither sacct nor squeue has known it for %g s; counted as ended", job_id,
-                           self.settings.unknown_seconds)
+        self._warn(f"slurm job {job_id}: neither sacct nor squeue has known it for {self.settings.unknown_seconds:g} "
+                   "s; counted as ended")
         return NOT_FOUND
 
-    def running(self, job) -> bool:
-        """Whether the job is queued or running (it has left no result, and the scheduler says it is active)."""
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            logger.warning("%s", message)
+
+    def running(self, job, confirmed: bool = False) -> bool:
+        """Whether the job is queued or running (it has left no result, and the scheduler says it is active);
+        ``confirmed``: only if the scheduler says so, so that an UNKNOWN job is asked about again every
+        poll_seconds until it is known or counted as ended."""
         if self.launcher == "debug":
             return False
         if self.launcher == "slurm" and job.paths.result_pickle.exists():
             return False
-        return classify(self.state(job)) == "active"
+        state = self.state(job)
+        while confirmed and state == "UNKNOWN":
+            time.sleep(self.settings.poll_seconds)
+            state = self.state(job)
+        return classify(state) == "active"
 
     def wait(self, job, stop: threading.Event) -> None:
         """Block until ``job`` is no longer running, or ``stop`` is set: then raise ``Stopped``."""
@@ -182,13 +250,19 @@ class Scheduler:
         signalled = error is not None and SIGNALLED in str(error)
         if self.launcher == "debug":
             raise JobFailed(f"debug job {job.job_id}: {_cause(error)}", "FAILED", None, None)
+        where = f"{self.launcher} job {job.job_id}"
+        if error is not None and TIMED_OUT in str(error):
+            raise JobFailed(f"{where} reached its time limit after submitit's requeues ({_cause(error)})", "TIMEOUT",
+                            "TIMEOUT", job.paths.stderr)
         state = self._end_state(job, settle=error is None or signalled)
         kind = classify(state)
-        where = f"{self.launcher} job {job.job_id}"
         if signalled and kind == "active":  # Slurm requeued the preempted job itself: its next run is to come
             _set_aside(job.paths.result_pickle)
             raise JobFailed(f"{where} was requeued by the scheduler ({state})", state, state, job.paths.stderr,
                             requeued=True)
+        if error is None and state == NOT_FOUND and not self.knew(job):
+            raise JobFailed(f"{where} was never known to the scheduler (an id from elsewhere, or of a job that never "
+                            "ran)", state, state, None, counted=False)
         if error is None or signalled:
             if kind == "retried" or (signalled and not state.upper().startswith("CANCELLED")):
                 reason = f"signalled (SIGTERM), state {state}" if signalled else f"state {state}"
@@ -232,9 +306,15 @@ class Stopped(Exception):
 
 
 def resubmits(failed: JobFailed, retries: int, settings: LauncherSettings, what: str, resumes: str) -> bool:
-    """Whether a job that failed is submitted again, having been ``retries`` times already: only for a cause
-    outside its work (its own error would fail the same way again), up to [launcher] max_retries; says so."""
-    if failed.retry is None or retries >= settings.max_retries:
+    """Whether a job that failed is submitted again, having been ``retries`` times already (the resubmissions
+    that counted): only for a cause outside its work (its own error would fail the same way again), up to
+    [launcher] max_retries, a job the scheduler never knew without using one up; says so."""
+    if failed.retry is None:
+        return False
+    if not failed.counted:
+        logger.warning("%s: %s; submitting it (no retry used)", what, failed)
+        return True
+    if retries >= settings.max_retries:
         return False
     logger.warning("%s: %s; resubmitting it (retry %d of %d), it resumes from %s", what, failed, retries + 1,
                    settings.max_retries, resumes)
@@ -266,15 +346,28 @@ def _process_alive(pid: str) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
-def _squeue_state(job_id: str) -> str | None:
-    """squeue's state of a job in its queue (PENDING, RUNNING, ...), or None: not queued, or no squeue."""
+def queued_by_name(name: str) -> list[str] | None:
+    """The ids of the jobs named ``name`` that squeue lists (queued or running), in its order; None where squeue
+    does not answer. A job's name is unique to its run and step (sbatch.job_name): a driver that lost a job's id
+    finds the job again by it."""
+    found = _command(["squeue", "--noheader", "--name", name, "--format", "%i"])
+    return found.stdout.split() if found is not None and found.returncode == 0 else None
+
+
+def _command(command: list[str]) -> subprocess.CompletedProcess | None:
+    """A Slurm command run, its output captured (what it says is for the driver's one warning); None where it
+    cannot be run or does not end within a minute."""
     try:
-        found = subprocess.run(["squeue", "--noheader", "--jobs", job_id, "--format", "%T"], capture_output=True,
-                               text=True, timeout=60)
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    states = found.stdout.split() if found.returncode == 0 else []
-    return states[0] if states else None
+
+
+def _said(found: subprocess.CompletedProcess | None) -> str:
+    """What a Slurm command that failed said, in one line."""
+    if found is None:
+        return "it could not be run, or did not end within a minute"
+    return " ".join(found.stderr.split()) or f"exit status {found.returncode}"
 
 
 def _set_aside(result: Path) -> None:

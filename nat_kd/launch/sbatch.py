@@ -2,15 +2,24 @@
 renderer, from the same parameters)."""
 from __future__ import annotations
 
+import hashlib
 import shlex
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from .settings import LaunchError, LauncherSettings, Resources
+from .signals import signals_held
 
 # submitit's own names for the two cluster launchers (``debug`` runs jobs in the driver: the tests use it)
 SUBMITIT_CLUSTER = {"slurm": "slurm", "submitit-local": "local", "debug": "debug"}
+
+
+def job_name(what: str, run: Path) -> str:
+    """A job's Slurm name: ``what`` (a study step, a set's shards or merge) and 8 hex digits of the run's folder,
+    so that the name is unique to the run and the step: a driver that lost a job's id finds the job by its name
+    in squeue (jobs.queued_by_name) instead of submitting another."""
+    return f"nat_kd.{what}.{hashlib.sha256(str(Path(run).resolve()).encode()).hexdigest()[:8]}"
 
 
 def executor_parameters(resources: Resources, settings: LauncherSettings, name: str,
@@ -52,13 +61,17 @@ def make_executor(launcher: str, folder: Path, resources: Resources, settings: L
 
 
 @contextmanager
-def submission():
+def submission(launcher: str):
     """Around a submission: the scheduler's refusal (sbatch's own message: a time limit above the partition's,
-    an unknown account) raised as a LaunchError, on one line."""
+    an unknown account) raised as a LaunchError, on one line. On Slurm, sbatch starts with SIGINT and SIGTERM
+    held (``signals_held``): a signal to the driver's whole process group (Ctrl-C in its terminal) would
+    otherwise kill an sbatch that has queued the job but not yet printed its id, and the driver would never
+    learn of it. (A submitit-local job is a child of the driver, which cancels it by SIGINT: not held there.)"""
     from submitit.core.utils import FailedJobError, FailedSubmissionError
 
     try:
-        yield
+        with signals_held() if launcher == "slurm" else nullcontext():
+            yield
     except (FailedJobError, FailedSubmissionError, OSError) as err:
         message = " ".join(str(err).split()) or type(err).__name__
         raise LaunchError(f"the job could not be submitted: {message}") from None

@@ -81,6 +81,19 @@ def critical():
 
 
 @contextmanager
+def signals_held():
+    """SIGINT and SIGTERM held back from the calling thread while the block runs, and so from the processes it
+    starts meanwhile (a signal mask is inherited and kept across exec): a signal sent to the driver's process
+    group then reaches the driver, which stops as it does on any, and not the sbatch it is waiting for. A
+    signal sent to the driver itself goes to a thread that takes it, or waits until the block ends."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+@contextmanager
 def noting_sigterm(what: str):
     """In a job's process, around its work (``what``: the step or the shard, for the message): a SIGTERM is
     noted before it reaches the handler that was there (submitit's, which ignores it), and an error the work
