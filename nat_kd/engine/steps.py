@@ -152,7 +152,7 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
         from .curve import train_with_curve
 
         settings = {k: v for k, v in evaluation.items() if k != "splits"}
-        references = read_lines(prepared.raw("valid", tgt))
+        valid_references = read_lines(prepared.raw("valid", tgt))
 
         def valid_bleu(checkpoint: Path, hypotheses: Path) -> dict:
             return jobs.bleu(jobs.translate(bin_dir, checkpoint, "valid", hypotheses, log=ctx.log,
@@ -160,7 +160,7 @@ def train_step(ctx: StepContext, *, prepare: str, data: str | None, arch: str, s
                                             tokenization=prepared.tokenization(),
                                             languages=prepared.language_pair(), fp16=ctx.fp16, device=ctx.device,
                                             **settings),
-                             references)
+                             valid_references)
 
         result |= train_with_curve(save_dir, training_, train, valid_bleu)
         checkpoint = Path(result["checkpoint"])
