@@ -2,7 +2,11 @@
 
 A driver (the study's, the generator's) turns SIGTERM into Ctrl-C, so that it cancels its jobs (or leaves them
 running with --detach) however it is stopped; a second signal while it does so is noted and waited out, never
-allowed to cut the cancelling short (a job left running unrecorded would train beside the rerun).
+allowed to cut the cancelling short (a job left running unrecorded would train beside the rerun). Python runs
+a signal's handler in the main thread, but the kernel may hand the signal to any thread (one whose handler has
+then run, the main thread knows of only when it wakes): so the driver's main thread never waits without a
+bound. sbatch runs with the signals held (``signals_held``), so that one sent to the driver's process group
+cannot end it between queuing a job and printing its id.
 
 A job notes the SIGTERM that a scheduler sends every process of a job it preempts, cancels, or stops at its
 node's failure or its time limit, a grace time before SIGKILL: submitit's own handler ignores it in the job's
@@ -13,7 +17,6 @@ ended (nat_kd.launch.jobs) instead of taking it for the work's own failure.
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import threading
 import time
@@ -123,30 +126,12 @@ def noting_sigterm(what: str):
         signal.signal(signal.SIGTERM, previous)
 
 
-class _OnceEach(logging.Filter):
-    """Lets each message through once: submitit repeats a failing sacct's warning at every call, numbered."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = re.sub(r"^Call #\d+ - ", "", record.getMessage())
-        if text in self.seen:
-            return False
-        self.seen.add(text)
-        return True
-
-
 def submitit_warnings_once() -> None:
-    """In a driver: submitit's log lines through the driver's own handler alone, each warning once. submitit
-    configures its logger with handlers of its own on stdout (every level) and stderr (warnings), and the record
-    also reaches the root logger's, so a warning would be printed three times; and it repeats a failing sacct's
-    warning at every call."""
+    """In a driver: submitit's log lines through the driver's own handler alone, so each is printed once.
+    submitit configures its logger with handlers of its own on stdout (every level) and stderr (warnings), and
+    the record also reaches the root logger's, so a warning would be printed three times."""
     import submitit  # noqa: F401  (its logger is configured as it is imported)
 
     log = logging.getLogger("submitit")
     for handler in list(log.handlers):
         log.removeHandler(handler)
-    if not any(isinstance(f, _OnceEach) for f in log.filters):
-        log.addFilter(_OnceEach())
