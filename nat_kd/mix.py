@@ -319,7 +319,7 @@ def mix(distilled_dir: str | Path, out_dir: str | Path, rule: MixRule, *, prepar
         **{k: meta[k] for k in ("settings", "all_settings", "seed", "backend", "teacher", "corpus", "split",
                                 "source_lang", "target_lang", "sentences", "empty_source_lines",
                                 "truncated_source_lines", "max_source_positions") if k in meta},
-        "name": name or out.root.name, "strategy": f"{meta.get('strategy', '')}+mix",
+        "name": name or out.root.name, "strategy": f"{meta.get('strategy') or ''}+mix",
         "empty_outputs": sum(1 for p in target_pieces if not p),
         "scores": corpus_scores([statistics(target_text, real_text, per_line)], target_text, real_text),
         "mix": {"rule": str(rule), "settings": asdict(rule), **counts,

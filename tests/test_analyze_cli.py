@@ -541,3 +541,16 @@ def test_a_sigterm_while_the_report_draws_leaves_the_previous_one_whole(corpus):
         child.kill()
     assert child.returncode == -signal.SIGTERM, err
     assert folder_bytes(corpus / "report") == before and hidden(corpus) == []
+
+
+def test_a_set_whose_backend_decodes_its_own_way_has_no_strategy_in_the_report(tmp_path):
+    """meta.json's strategy is null for a backend that declares none: the report's row says nothing, not "None"."""
+    from nat_kd.analysis.report import set_from_dir
+
+    folder = tmp_path / "own"
+    folder.mkdir()
+    for lang in ("en", "de"):
+        (folder / f"train.{lang}").write_text("a b\n", encoding="utf-8")
+    (folder / "meta.json").write_text(json.dumps({"name": "own", "strategy": None, "split": "train",
+                                                  "files": {"source": "train.en", "target": "train.de"}}))
+    assert set_from_dir(folder, None, "en", "de").strategy == ""

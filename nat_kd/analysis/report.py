@@ -66,7 +66,8 @@ def set_from_dir(directory: str | Path, split: str | None, src_lang: str, tgt_la
                                   f"and .{tgt_lang} files ({', '.join(splits) or 'none'}); pass --split")
             split = splits[0]
         src, tgt = (split_file(distilled.root, split, lang, "--set-dir") for lang in (src_lang, tgt_lang))
-    return DataSet(str(meta.get("name") or distilled.root.name), src, tgt, str(meta.get("strategy", "")),
+    # a backend that decodes its own way records no strategy (null)
+    return DataSet(str(meta.get("name") or distilled.root.name), src, tgt, meta.get("strategy") or "",
                    distilled.root if "files" in meta else None)  # written by the generator or nat_kd.mix
 
 
