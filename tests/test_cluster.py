@@ -1704,3 +1704,37 @@ def test_a_step_out_of_time_after_submitits_requeues_is_resubmitted(tmp_path, mo
     assert records[0]["slow"]["launcher"]["jobs"] == [{"job_id": str(first), "state": "TIMEOUT"},
                                                       {"job_id": str(first + 1), "state": "COMPLETED"}]
     assert starts() == 5
+
+
+def test_a_shard_job_no_marker_names_is_never_decoded_beside(tmp_path, monkeypatch):
+    """The set's array is in Slurm's queue but its markers are gone: the generator cannot tell which shard each
+    job decodes, so it submits nothing and names the jobs, instead of a second array into the same folder."""
+    import threading
+
+    from nat_kd.distill.cluster import ShardLauncher
+    from nat_kd.distill.config import DistillConfig
+
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    monkeypatch.setattr(ShardLauncher, "_check", lambda self: False)  # no teacher to load: the jobs are stand-ins
+    out = tmp_path / "out"
+    script = tmp_path / "array.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH --array=0-1\n#SBATCH --job-name={job_name('distil.out', out)}\n")
+    subprocess.run(["sbatch", str(script)], check=True, capture_output=True)
+    cfg = DistillConfig(teachers=[str(tmp_path / "t.pt")], out_dir=str(out), num_shards=2)
+    launcher = ShardLauncher(cfg, "slurm", ClusterConfig(LauncherSettings(poll_seconds=0.1)))
+    errors = []
+
+    def drive():
+        try:
+            launcher.run()
+        except LaunchError as err:
+            errors.append(err)
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    _until(lambda: errors or len(slurm.jobs()) > 1, "the generator neither refused nor submitted")
+    assert list(slurm.jobs()) == [str(first)] and len(errors) == 1
+    assert str(errors[0]) == (f"{out}: slurm job(s) {first}, named {job_name('distil.out', out)}, are in the queue but "
+                              f"no marker in {tmp_path / 'out.jobs'} names them (an earlier run lost their ids): wait "
+                              f"for them to end or cancel them (scancel {first}), then run again")

@@ -29,7 +29,7 @@ from nat_kd.artifacts import DistilledSet
 from nat_kd.hashing import sha256_json
 from nat_kd.errors import SettingsError
 from nat_kd.launch.arguments import add_launcher_arguments
-from nat_kd.launch.jobs import JobFailed, Scheduler, Submitted, ended, resubmits
+from nat_kd.launch.jobs import JobFailed, Scheduler, Submitted, ended, queued_by_name, resubmits
 from nat_kd.launch.sbatch import job_name, make_executor, sbatch_lines, sbatch_script, submission
 from nat_kd.launch.settings import GENERATOR, ClusterConfig, LaunchError, check_job, check_tables, read_cluster_file
 from nat_kd.launch.signals import critical, noting_sigterm, sigterm_as_interrupt, submitit_warnings_once
@@ -212,7 +212,20 @@ class ShardLauncher:
                     continue
             if not self._shard_done(shard):
                 to_submit.append(shard)
+        if self.launcher == "slurm" and to_submit:
+            self._refuse_unmarked()
         return to_submit
+
+    def _refuse_unmarked(self) -> None:
+        """A LaunchError if Slurm's queue holds a job of this set's name (unique to it) that no marker names: a
+        run stopped between sbatch and its markers left it, and which shard it decodes is not known, so a new
+        job for the shard could decode beside it."""
+        adopted = {str(job.job_id) for job in self.jobs.values()}
+        unmarked = [job_id for job_id in queued_by_name(self.name) or [] if job_id not in adopted]
+        if unmarked:
+            raise LaunchError(f"{self.out}: slurm job(s) {', '.join(unmarked)}, named {self.name}, are in the queue "
+                              f"but no marker in {self.folder} names them (an earlier run lost their ids): wait for "
+                              f"them to end or cancel them (scancel {' '.join(unmarked)}), then run again")
 
     def _again(self, shard: int, failed: JobFailed, history: list[dict]) -> str | None:
         """A failed shard resubmitted (stopped from outside its work, retries left: its new job in ``jobs``), or

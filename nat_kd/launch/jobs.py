@@ -347,11 +347,19 @@ def _process_alive(pid: str) -> bool:
 
 
 def queued_by_name(name: str) -> list[str] | None:
-    """The ids of the jobs named ``name`` that squeue lists (queued or running), in its order; None where squeue
-    does not answer. A job's name is unique to its run and step (sbatch.job_name): a driver that lost a job's id
-    finds the job again by it."""
+    """The ids of the jobs named ``name`` that squeue lists (queued or running), in its order, an array's pending
+    tasks ("7_[2-5]") one by one; None where squeue does not answer. A job's name is unique to its run and step
+    (sbatch.job_name): a driver that lost a job's id finds the job again by it."""
+    from submitit.slurm.slurm import read_job_id
+
     found = _command(["squeue", "--noheader", "--name", name, "--format", "%i"])
-    return found.stdout.split() if found is not None and found.returncode == 0 else None
+    if found is None or found.returncode != 0:
+        return None
+    ids = []
+    for listed in found.stdout.split():
+        for main, *tasks in read_job_id(listed):
+            ids += [f"{main}_{k}" for k in range(int(tasks[0]), int(tasks[-1]) + 1)] if tasks else [main]
+    return ids
 
 
 def _command(command: list[str]) -> subprocess.CompletedProcess | None:
