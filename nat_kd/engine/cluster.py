@@ -189,7 +189,7 @@ class JobLauncher:
         if previous.key in (fingerprint, plan_key(step)):
             return job if self.scheduler.running(job) else None
         # refused only once the scheduler says the job is there: an id it never knows is a stale marker
-        if self.scheduler.running(job, confirmed=True):
+        if self.scheduler.running(job, confirmed=True, stop=self.stop):
             raise StepError(f"step {step.name}: {self.launcher} job {job.job_id}, submitted by an earlier run with "
                             "other settings, is still queued or running in its folder; wait for it to end or "
                             f"cancel it{' (scancel ' + str(job.job_id) + ')' if self.launcher == 'slurm' else ''}, "

@@ -215,17 +215,20 @@ class Scheduler:
             self._warned.add(message)
             logger.warning("%s", message)
 
-    def running(self, job, confirmed: bool = False) -> bool:
+    def running(self, job, confirmed: bool = False, stop: threading.Event | None = None) -> bool:
         """Whether the job is queued or running (it has left no result, and the scheduler says it is active);
         ``confirmed``: only if the scheduler says so, so that an UNKNOWN job is asked about again every
-        poll_seconds until it is known or counted as ended."""
+        poll_seconds until it is known or counted as ended, or ``stop`` is set (then ``Stopped``)."""
         if self.launcher == "debug":
             return False
         if self.launcher == "slurm" and job.paths.result_pickle.exists():
             return False
         state = self.state(job)
         while confirmed and state == "UNKNOWN":
-            time.sleep(self.settings.poll_seconds)
+            if stop is not None and stop.wait(self.settings.poll_seconds):
+                raise Stopped(f"job {job.job_id}")
+            if stop is None:
+                time.sleep(self.settings.poll_seconds)
             state = self.state(job)
         return classify(state) == "active"
 
