@@ -149,6 +149,11 @@ run_teachers() {  # every study of TEACHER_PLANS at once, its steps --jobs at a 
   #    the teachers' records, whose fingerprints chain through it, would not restore a study on the CPU (the corpus
   #    read from another folder, another sentencepiece's pieces); such a study is left out
   mkdir -p "$scratch/committed"
+  local pinned have
+  pinned="$(sed -n 's/^sentencepiece==//p' scripts/constraints.txt)"
+  have="$(python -c 'import sentencepiece; print(sentencepiece.__version__)')"
+  [[ "$have" == "$pinned" ]] || note "teachers: sentencepiece $have here, $pinned in scripts/constraints.txt: its pieces may \
+differ, which the corpus's digest (its manifest's) does not see; a restore on the CPU refuses a set whose bin/ differs"
   for plan in "${TEACHER_PLANS[@]}"; do
     read -r profile store steps <<< "$plan"
     [[ -f "$stores/$store/steps/prepare.json" ]] \
