@@ -1693,7 +1693,10 @@ def test_a_step_out_of_time_after_submitits_requeues_is_resubmitted(tmp_path, mo
     # a one-minute limit: every USR2 comes after the time submitit guarantees, so each counts as a time-out
     cluster = ClusterConfig(LauncherSettings(poll_seconds=0.2), {"test": {"hours": 0.01}})
     driver, records, errors = _drive(Runner(root, launcher=JobLauncher(root, "slurm", cluster)), [step])
-    starts = lambda: len((root / "starts.txt").read_text().split()) if (root / "starts.txt").exists() else 0  # noqa: E731
+
+    def starts():
+        return len((root / "starts.txt").read_text().split()) if (root / "starts.txt").exists() else 0
+
     for run in range(1, 5):
         _until(lambda: starts() == run or errors, f"run {run} of the job did not start", 120)
         slurm.time_limit(str(first))
