@@ -134,3 +134,14 @@ def test_steps_trained_on_a_gpu_restore_a_fresh_folder_on_the_cpu(tmp_path, monk
     plan[2].settings = {"updates": 30}
     assert Runner(tmp_path / "study", store=store, devices=Devices("cpu")).run(plan)["student"]["device"] == "cpu"
     assert calls == [("student", "cpu")]
+
+
+def test_the_command_line_refuses_cuda_without_a_gpu_and_a_device_with_a_launcher(tmp_path, capsys):
+    from nat_kd.study.__main__ import main
+
+    out = str(tmp_path / "study")
+    assert main(["micro", "--out", out, "--device", "cuda", "--list"]) == 2
+    assert "--device cuda: torch" in capsys.readouterr().err
+    assert main(["micro", "--out", out, "--device", "cpu", "--launcher", "submitit-local", "--list"]) == 2
+    assert "--device cpu is for the local launcher" in capsys.readouterr().err
+    assert main(["micro", "--out", out, "--device", "cpu", "--list"]) == 0 and not (tmp_path / "study").exists()
