@@ -12,7 +12,8 @@ Two modes:
 sacct can be made to fail (``accounting(False)``) as it does where accounting storage is disabled, at any time
 (also after it has answered), and squeue as it does when the controller is unreachable (``queue(False)``); each
 call of either is logged with its time. sbatch can be held (``hold_sbatch``) after it has queued a job and before
-it prints the id, as a slow controller's reply is: a signal then reaches it mid-submission. scontrol requeue puts
+it prints the id, as a slow controller's reply is: a signal then reaches it mid-submission; or it can fail after
+queuing the job (``lose_replies``), as when the controller's reply times out. scontrol requeue puts
 a running job back (submitit's requeue near the time limit), and ``time_limit`` sends what Slurm sends before it:
 SIGUSR2 to the job's step (srun's process), not to its batch script.
 """
@@ -73,6 +74,8 @@ if {run}:
     for task in tasks:
         subprocess.Popen([sys.executable, str(folder / "supervisor.py"), task, sys.argv[-1]], start_new_session=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+if (folder / "lose-reply").exists():  # queued, and the reply lost on its way
+    sys.exit("sbatch: error: Batch job submission failed: Socket timed out on send/recv operation")
 if (folder / "hold-sbatch").exists():  # queued; the reply is slow to come
     states.write(folder / f"sbatch-held-{{n}}", "")
     deadline = time.time() + 60
@@ -282,6 +285,10 @@ class SlurmStandIn:
 
     def release_sbatch(self) -> None:
         (self.folder / "release-sbatch").touch()
+
+    def lose_replies(self, on: bool) -> None:
+        """sbatch queues the job, then fails as when its reply times out (the job is queued all the same)."""
+        (self.folder / "lose-reply").touch() if on else (self.folder / "lose-reply").unlink(missing_ok=True)
 
     def time_limit(self, task: str) -> None:
         """What Slurm sends a job near its time limit (submitit's --signal=USR2@90): SIGUSR2 to its step."""

@@ -1741,3 +1741,19 @@ def test_a_shard_job_no_marker_names_is_never_decoded_beside(tmp_path, monkeypat
     assert str(errors[0]) == (f"{out}: slurm job(s) {first}, named {job_name('distil.out', out)}, are in the queue but "
                               f"no marker in {tmp_path / 'out.jobs'} names them (an earlier run lost their ids): wait "
                               f"for them to end or cancel them (scancel {first}), then run again")
+
+
+def test_a_job_sbatch_queued_without_saying_so_is_cancelled_not_left_behind(tmp_path, monkeypatch):
+    """sbatch fails after it has queued the job (its reply timed out): the step fails with sbatch's message, and
+    the job found by its name is cancelled, since it would never get its work (submitit hands a job its pickled
+    call only once sbatch has printed the id), so no rerun meets it."""
+    first = _first_id()
+    slurm = SlurmStandIn(tmp_path / "slurm", monkeypatch, first)
+    slurm.lose_replies(True)
+    root = tmp_path / "study"
+    with pytest.raises(StepError) as err:
+        Runner(root, launcher=JobLauncher(root, "slurm", FAST)).run([_plan()[0]])
+    assert str(err.value) == ("step a failed: the job could not be submitted: sbatch: error: Batch job submission "
+                              f"failed: Socket timed out on send/recv operation (sbatch queued slurm job(s) {first} "
+                              "without saying so: cancelled, as they would never get their work)")
+    assert slurm.cancelled() == [str(first)]

@@ -169,7 +169,7 @@ class JobLauncher:
                                       self.launcher, self.max_jobs, recipe=step_recipe(step, records),
                                       earlier=earlier)
         except LaunchError as err:
-            raise StepError(f"step {step.name} failed: {err}") from None
+            raise StepError(f"step {step.name} failed: {err}{self._cancel_unreported(step)}") from None
         Submitted(self.launcher, str(job.job_id), str(self.folder(step)), fingerprint).write(
             self.folder(step) / "submitted.json")
         logger.info("%s: submitted %s job %s (%s)", step.name, self.launcher, job.job_id, resources.describe())
@@ -195,6 +195,18 @@ class JobLauncher:
                             f"cancel it{' (scancel ' + str(job.job_id) + ')' if self.launcher == 'slurm' else ''}, "
                             "then run again")
         return None
+
+    def _cancel_unreported(self, step: Step) -> str:
+        """After a failed sbatch: a job of the step's name in the queue that no marker names was queued by it all
+        the same (its reply lost): cancelled, since submitit gives a job its work only once sbatch has printed
+        the id; returns what was done, for the message."""
+        if self.launcher != "slurm" or (self.folder(step) / "submitted.json").exists():
+            return ""
+        unreported = queued_by_name(job_name(step.name, self.root)) or []
+        for job_id in unreported:
+            self.scheduler.cancel(submitit.SlurmJob(folder=self.folder(step), job_id=job_id))
+        return (f" (sbatch queued slurm job(s) {', '.join(unreported)} without saying so: cancelled, as they would "
+                "never get their work)" if unreported else "")
 
     def _found_by_name(self, step: Step, fingerprint: str | None):
         """A Slurm job of the step's name (unique to this run and step) in the queue, with no marker: its
