@@ -200,9 +200,11 @@ class JobLauncher:
         """After a failed sbatch: a job of the step's name in the queue that no marker names was queued by it all
         the same (its reply lost): cancelled, since submitit gives a job its work only once sbatch has printed
         the id; returns what was done, for the message."""
-        if self.launcher != "slurm" or (self.folder(step) / "submitted.json").exists():
+        if self.launcher != "slurm":
             return ""
-        unreported = queued_by_name(job_name(step.name, self.root)) or []
+        marked = Submitted.read(self.folder(step) / "submitted.json")  # the step's job before it, if any
+        unreported = [job_id for job_id in queued_by_name(job_name(step.name, self.root)) or []
+                      if marked is None or job_id != marked.job_id]
         for job_id in unreported:
             self.scheduler.cancel(submitit.SlurmJob(folder=self.folder(step), job_id=job_id))
         return (f" (sbatch queued slurm job(s) {', '.join(unreported)} without saying so: cancelled, as they would "
