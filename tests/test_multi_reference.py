@@ -334,3 +334,18 @@ def test_the_per_token_selections_are_the_models_min_and_mean():
         assert loss.item() == model.forward_references(src, src_lengths, references, own)["ctc"]["loss"].item()
     with pytest.raises(ValueError, match="--reference-selection min: choose ddrs, per-token-min, per-token-mean"):
         MultiReferenceNatLoss(SimpleNamespace(target_dictionary=model.tgt_dict), 0.0, "min", 200, 15)
+
+
+def test_a_reference_fits_where_torchs_ctc_loss_is_finite():
+    """ctc_fits against torch's own CTC loss without zero_infinity: a repeat needs a blank between, padding is
+    not the reference's, an empty reference fits nothing."""
+    from fairseq_plugins.models.ctc import ctc_fits
+
+    targets = torch.tensor([[3, 4, 5, 1], [3, 3, 4, 1], [3, 3, 3, 3], [3, 4, 4, 1], [1, 1, 1, 1]])
+    lengths = torch.tensor([3, 3, 4, 2, 0])
+    inputs = torch.tensor([3, 3, 7, 3, 4])
+    log_probs = torch.randn(5, 7, 6, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
+    finite = torch.isfinite(F.ctc_loss(log_probs.transpose(0, 1), targets, inputs, lengths, blank=0,
+                                       reduction="none", zero_infinity=False))
+    assert finite.tolist()[:4] == [True, False, True, True]  # 3 + 1 repeat > 3 positions; 4 + 3 = 7 fits
+    assert ctc_fits(targets, lengths, inputs).tolist() == [True, False, True, True, False]
