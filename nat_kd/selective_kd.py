@@ -76,16 +76,59 @@ def load_evaluator(checkpoint: str | Path, dict_dir: Path):
     return model
 
 
+class _RawTargets:
+    """A distilled set's raw targets, from the prepared corpus it was distilled from: text, pieces, and the ids of
+    the lines its bin/ holds, in the set's dictionary."""
+
+    def __init__(self, corpus: PreparedCorpus, source_set: DistilledSet, meta: dict):
+        from fairseq.data import Dictionary
+
+        from nat_kd.distill.output import lookup
+        from nat_kd.mix import real_pieces
+
+        self.split, self.src, self.tgt = meta["split"], meta["source_lang"], meta["target_lang"]
+        self.text = read_lines(corpus.raw(self.split, self.tgt))
+        self.pieces = real_pieces(corpus, None, None, self.split, self.tgt)
+        if not len(self.text) == len(self.pieces) == meta["sentences"]:
+            raise CorpusError(f"{corpus.raw(self.split, self.tgt)} has {len(self.text)} lines, {source_set.root} "
+                              f"{meta['sentences']}: pass the prepared corpus the set was distilled from")
+        self.dictionary = Dictionary.load(str(source_set.bin.dictionary(self.tgt)))
+        left_out = {line - 1 for line in meta.get("files", {}).get("binarized_left_out_lines", [])}
+        self.ids, _, _ = lookup(self.dictionary, [p for i, p in enumerate(self.pieces) if i not in left_out])
+
+    def write(self, folder: DistilledSet) -> None:
+        """SPLIT.raw.TGT, its pieces and its binarized lines, beside the set's own."""
+        from fairseq_plugins.tasks import RAW_TARGETS
+        from nat_kd.distill.output import write_indexed
+
+        raw = f"{self.split}.{RAW_TARGETS}"
+        (folder.root / f"{raw}.{self.tgt}").write_text("".join(t + "\n" for t in self.text), encoding="utf-8")
+        (folder.pieces_dir / f"{raw}.{self.tgt}").write_text("".join(p + "\n" for p in self.pieces),
+                                                           encoding="utf-8")
+        write_indexed(folder.bin.prefix(raw, self.src, self.tgt, self.tgt), self.dictionary, self.ids)
+
+
+def rebuild(folder: str | Path, distilled_dir: str | Path, prepared: str | Path) -> None:
+    """A Selective KD set whose meta.json and accuracy file alone are there (a store keeps no more of it,
+    nat_kd.engine.steps.kept_selection): its distilled set's files and its raw targets made again beside them."""
+    folder, source_set = DistilledSet(folder), DistilledSet(distilled_dir)
+    for file in sorted(p for p in source_set.root.rglob("*") if p.is_file()):
+        target = folder.root / file.relative_to(source_set.root)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(file, target)
+    _RawTargets(PreparedCorpus(prepared), source_set, folder.meta()).write(folder)
+
+
 def build(distilled_dir: str | Path, out_dir: str | Path, evaluator: str | Path, prepared: str | Path, *,
           name: str | None = None, max_tokens: int = 4096) -> dict:
     """The Selective KD set of ``distilled_dir`` in ``out_dir``, its accuracies by ``evaluator`` on the raw
     targets of ``prepared``; returns its meta.json."""
-    from fairseq.data import Dictionary, data_utils
+    from fairseq.data import data_utils
 
-    from fairseq_plugins.tasks import ACCURACY_FILE, RAW_TARGETS
-    from nat_kd.distill.output import lookup, write_indexed
+    from fairseq_plugins.tasks import ACCURACY_FILE
     from nat_kd.distill.pipeline import check_set_folder
-    from nat_kd.mix import check_same_tokens, real_pieces
+    from nat_kd.mix import check_same_tokens
 
     source_set, out, corpus = DistilledSet(distilled_dir), DistilledSet(out_dir), PreparedCorpus(prepared)
     meta = source_set.meta()
@@ -99,29 +142,19 @@ def build(distilled_dir: str | Path, out_dir: str | Path, evaluator: str | Path,
     check_set_folder(out)
     check_same_tokens(corpus, source_set, meta)
     split, src, tgt = meta["split"], meta["source_lang"], meta["target_lang"]
-    raw_text, raw_pieces = read_lines(corpus.raw(split, tgt)), real_pieces(corpus, None, None, split, tgt)
-    if not len(raw_text) == len(raw_pieces) == meta["sentences"]:
-        raise CorpusError(f"{corpus.raw(split, tgt)} has {len(raw_text)} lines, {source_set.root} "
-                          f"{meta['sentences']}: pass the prepared corpus the set was distilled from")
-    dictionary = Dictionary.load(str(source_set.bin.dictionary(tgt)))
-    left_out = {line - 1 for line in meta.get("files", {}).get("binarized_left_out_lines", [])}
-    kept = [i for i in range(len(raw_text)) if i not in left_out]
-    targets, _, _ = lookup(dictionary, [raw_pieces[i] for i in kept])
+    raw = _RawTargets(corpus, source_set, meta)
     source_ids = data_utils.load_indexed_dataset(str(source_set.bin.prefix(split, src, tgt, src)), None)
     sources = [source_ids[i].numpy() for i in range(len(source_ids))]
-    if len(sources) != len(kept):
-        raise CorpusError(f"{source_set.bin.root} holds {len(sources)} {split} pairs, meta.json says {len(kept)}: "
-                          "regenerate the set")
+    if len(sources) != len(raw.ids):
+        raise CorpusError(f"{source_set.bin.root} holds {len(sources)} {split} pairs, meta.json says "
+                          f"{len(raw.ids)}: regenerate the set")
     model = load_evaluator(evaluator, source_set.bin.root)
-    accuracy = accuracies(model, sources, targets, max_tokens)
+    accuracy = accuracies(model, sources, raw.ids, max_tokens)
     accuracy_name = ACCURACY_FILE.format(split=split)
     with atomic.building_directory(out.root) as work:
         shutil.copytree(source_set.root, work, dirs_exist_ok=True)
         built = DistilledSet(work)
-        raw = f"{split}.{RAW_TARGETS}"
-        (work / f"{raw}.{tgt}").write_text("".join(t + "\n" for t in raw_text), encoding="utf-8")
-        (built.pieces_dir / f"{raw}.{tgt}").write_text("".join(p + "\n" for p in raw_pieces), encoding="utf-8")
-        write_indexed(built.bin.prefix(raw, src, tgt, tgt), dictionary, targets)
+        raw.write(built)
         (built.bin.root / accuracy_name).write_text("".join(f"{a:.6f}\n" for a in accuracy), encoding="utf-8")
         record = {"evaluator": str(Path(evaluator).resolve()), "evaluator_sha256": sha256_file(evaluator),
                   "accuracy_file": f"{built.bin.root.name}/{accuracy_name}",

@@ -3,6 +3,7 @@ the threshold at hand-computed updates, each sentence's target by the threshold,
 micro evaluator computed, trained on with the task."""
 import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -98,6 +99,19 @@ def test_a_selective_kd_set_holds_the_evaluators_accuracy_on_each_raw_target_and
     assert record["mean_accuracy"] == round(float(stored.mean()), 4) and meta["strategy"] == "beam+selective-kd"
     assert (out / "train.de").read_text(encoding="utf-8").splitlines() == targets  # the set is the distilled set
     assert (out / "train.raw.de").read_text(encoding="utf-8").splitlines() == refs
+    # a store keeps its meta.json and the accuracies alone; the rest is rebuilt byte for byte
+    from nat_kd.engine.steps import kept_selection, rebuild_selection
+
+    kept = kept_selection(tmp_path, {"dir": str(out), "outputs": [str(accuracy_file)]})
+    assert sorted(map(str, kept.files)) == ["skd/bin/train.evaluator_accuracy.txt", "skd/meta.json"]
+    restored = tmp_path / "restored"
+    for file in kept.files:
+        (restored / "data" / file.relative_to("skd")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tmp_path / file, restored / "data" / file.relative_to("skd"))
+    rebuild_selection(restored, {"kd": {"dir": str(kd)}, "prepare": {"dir": str(tiny_en_de)}}, of="kd",
+                      prepare="prepare")
+    assert sorted((str(f.relative_to("skd")), (tmp_path / f).read_bytes()) for f in kept.files + kept.rebuilt) == sorted(
+        (str(p.relative_to(restored / "data")), p.read_bytes()) for p in (restored / "data").rglob("*") if p.is_file())
     # a threshold above every accuracy: every sentence takes its distilled target; below every one: none
     for threshold, share in ((stored.max() + 1e-3, 1.0), (stored.min() - 1e-3, 0.0)):
         log = run_fairseq("train", out / "bin", *common, "--task", "selective_kd_translation_lev", "--criterion",

@@ -226,6 +226,23 @@ def rebuild_set(work: Path, results: dict, *, prepare: str) -> None:
     copy_other_splits(prepared.bin.root, folder.bin.root, split, src, tgt)
 
 
+def kept_selection(work: Path, result: dict) -> Kept:
+    """What a store keeps of a Selective KD set: its meta.json and its evaluator's accuracies, the one thing the
+    evaluator's checkpoint made; the distilled set's files and the raw targets beside them are rebuilt
+    (``rebuild_selection``)."""
+    folder = DistilledSet(result["dir"])
+    keep = {folder.meta_file, *map(Path, result["outputs"])}
+    files = [p for p in sorted(folder.root.rglob("*")) if p.is_file()]
+    return Kept([p.relative_to(work) for p in files if p in keep], [p.relative_to(work) for p in files if p not in keep])
+
+
+def rebuild_selection(work: Path, results: dict, *, of: str, prepare: str) -> None:
+    """A restored Selective KD set's other files, from the distilled set it was made from and the corpus."""
+    from nat_kd.selective_kd import rebuild
+
+    rebuild(work / SET_FOLDER, results[of]["dir"], results[prepare]["dir"])
+
+
 def distil_step(ctx: StepContext, *, prepare: str, teacher: str, strategy: str, decoding: dict, max_tokens: int,
                 name: str, tgt: str) -> dict:
     prepared = Path(ctx.results[prepare]["dir"])
@@ -248,7 +265,7 @@ def mix_step(ctx: StepContext, *, prepare: str, of: str, rule: dict, name: str, 
     judge is a student step of the study, whose checkpoint judges the lines."""
     from nat_kd.mix import MixRule, mix
 
-    out = DistilledSet(ctx.work / "data")
+    out = DistilledSet(ctx.work / SET_FOLDER)
     if rule.get("judge"):
         rule = {**rule, "judge": ctx.results[rule["judge"]]["checkpoint"]}
     meta = mix(ctx.results[of]["dir"], out.root, MixRule(**rule), prepared=ctx.results[prepare]["dir"], name=name)
@@ -266,7 +283,7 @@ def references_step(ctx: StepContext, *, prepare: str, sets: list[str], union: b
     with ``union`` their pairs one after the other."""
     from nat_kd.distill.references import build, reference_file
 
-    out = DistilledSet(ctx.work / "data")
+    out = DistilledSet(ctx.work / SET_FOLDER)
     split = DistilledSet(ctx.results[sets[0]]["dir"]).meta()["split"]
     meta = build([ctx.results[s]["dir"] for s in sets], out.root, union=union, name=name,
                  reference=PreparedCorpus(ctx.results[prepare]["dir"]).raw(split, tgt))
@@ -284,7 +301,7 @@ def selective_kd_step(ctx: StepContext, *, prepare: str, of: str, selective_kd: 
     """nat_kd.selective_kd: the distilled set ``of`` with its raw targets and the accuracy on each of the
     evaluator (a student step of the study, ``selective_kd["evaluator"]``); its students train with the
     threshold settings of ``selective_kd`` (the rest)."""
-    out = DistilledSet(ctx.work / "data")
+    out = DistilledSet(ctx.work / SET_FOLDER)
     settings = dict(selective_kd)
     evaluator = ctx.results[settings.pop("evaluator")]["checkpoint"]
     # a job of its own, as the study's other model jobs: the evaluator's passes on the step's threads

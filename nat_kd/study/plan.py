@@ -9,10 +9,10 @@ from pathlib import Path
 
 from nat_kd.artifacts import PreparedCorpus
 from nat_kd.engine.runner import Step
-from nat_kd.engine.steps import (TEACHER_ARCH, analysis_step, distil_step, family_recipe, kept_hypotheses, kept_set,
-                                 mix_step, modes_step, prepare_step, rebuild_set, references_step, selective_kd_step,
-                                 speed_step, student_arch, student_step, train_step, training_settings,
-                                 training_speed_step)
+from nat_kd.engine.steps import (TEACHER_ARCH, analysis_step, distil_step, family_recipe, kept_hypotheses,
+                                 kept_selection, kept_set, mix_step, modes_step, prepare_step, rebuild_selection,
+                                 rebuild_set, references_step, selective_kd_step, speed_step, student_arch,
+                                 student_step, train_step, training_settings, training_speed_step)
 
 from .config import ConfigError, StudyConfig
 
@@ -114,8 +114,11 @@ class _Planner:
         cfg = self.cfg
         for m in cfg.mixes:
             if m.selective_kd:
+                # kept by a store: its evaluator's accuracies are all that the evaluator's checkpoint makes
                 self.add(f"mix.{m.name}", "mix", selective_kd_step, ["prepare", f"distil.{m.of}",
                                                                      m.selective_kd["evaluator"]],
+                         keep=kept_selection, rebuild=partial(rebuild_selection, of=f"distil.{m.of}",
+                                                              prepare="prepare"),
                          prepare="prepare", of=f"distil.{m.of}", selective_kd=m.selective_kd, name=m.name)
                 continue
             judge = [m.rule["judge"]] if m.rule.get("judge") else []
