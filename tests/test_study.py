@@ -815,6 +815,8 @@ def test_a_profile_shares_the_kd_effect_teacher_and_beam_set(profile, tmp_path):
         assert "glance_anneal_updates" not in kd_student["training"]  # a default left out: the same fingerprint
         for family, smoothing in [("glat", 0.1), ("glat_ctc", 0.0), ("dat", 0.0)]:
             mine = dict(plans[profile][f"student.{family}.real"].settings)
+            # the DA-Transformer's version of its training (steps.RECIPES) is the only other setting
+            assert mine.pop("recipe", None) == (2 if family == "dat" else None)
             # and the glancing schedule of the 2,000 updates, and no label smoothing where the loss has none
             mine["training"] = dict(mine["training"])
             assert mine["training"].pop("glance_anneal_updates") == 1333
@@ -946,7 +948,7 @@ def test_fairseq_training_speed_is_read_from_its_own_reports(tmp_path, monkeypat
     log = tmp_path / "log"
     log.write_text("INFO:train_inner:epoch 001: 10 / 9 loss=3, ups=9.0, wpb=1\n")  # an earlier run's
 
-    def fake_run(module, args, log_path, threads):
+    def fake_run(module, args, log_path, threads, device=None):
         assert "--no-save" in args and args[args.index("--max-update") + 1] == 30 and threads == 1
         with open(log_path, "a") as handle:
             for ups in ("0.20", "0.60", "0.70", "0.80"):  # the first is start-up
