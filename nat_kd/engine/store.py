@@ -12,6 +12,7 @@ only while no step that is still to run reads them (nat_kd.engine.runner).
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -113,8 +114,6 @@ class Store:
                                name, len(data) / 2**20, MAX_FILE_BYTES // 2**20)
                 stored["kept"] = None
             else:
-                import hashlib
-
                 stored["kept"] = {"archive": f"kept/{name}.tar.xz", "sha256": hashlib.sha256(data).hexdigest(),
                                   "files": sorted(str(f) for f in kept.files),
                                   "rebuilt": {str(f): sha256_file(work / f) for f in sorted(kept.rebuilt)}}
@@ -138,8 +137,6 @@ class Store:
         """Unpack the stored record's archive into ``work`` (replaced whole), rebuild the rest from the
         dependencies' ``results`` and check every file against its stored digest; a file that does not match is
         a StoreError naming it, and ``work`` is left as it was."""
-        import hashlib
-
         kept = stored["kept"]
         if not kept["files"]:
             return
