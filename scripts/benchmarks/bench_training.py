@@ -2,7 +2,8 @@
 
     python scripts/benchmarks/bench_training.py --data data/multi30k.en-de.spm8000/bin --out docs/results/gpu/training \
         [--models nat glat ctc glat_ctc dat transformer] [--shapes 2x128:4096 6x512:16384 6x512:65536] \
-        [--precisions fp32 fp16 amp] [--warmup 30 --updates 100 --repeats 2] [--deadline SECONDS]
+        [--precisions fp32 fp16 amp] [--warmup 30 --updates 100 --repeats 2] [--deadline SECONDS] \
+        [--cpu --threads 1 2]
 
 Each configuration (model, shape and batch, precision) trains in a process of its own with fairseq's own Trainer
 and the study's own fairseq-train arguments (nat_kd.engine.fairseq_jobs.train_args), so the model, loss, batches
@@ -15,6 +16,9 @@ updates/s, target tokens/s, the updates that fp16's loss scaler skipped, and pea
 Precisions: fp32; ``--fp16`` (fairseq's FP16Optimizer: fp16 weights, fp32 master copy, dynamic loss scale);
 ``--amp`` (torch autocast with fp32 weights). fairseq's ``--bf16`` implies ``--tpu`` (fairseq/options.py), so
 it does not run on a GPU and is not offered. fp16 and amp need a GPU.
+
+``--threads``: each count of CPU threads is a configuration of its own (OMP_NUM_THREADS, MKL_NUM_THREADS and
+torch.set_num_threads in the child, as a study's job sets them); without it torch chooses.
 """
 from __future__ import annotations
 
@@ -64,12 +68,16 @@ def train_arguments(model: str, spec: str, precision: str, data: str, save_dir: 
     return [str(a) for a in argv] + PRECISION_FLAGS[precision] + (["--cpu"] if cpu else [])
 
 
-def measure(model: str, spec: str, precision: str, data: str, warmup: int, updates: int, cpu: bool) -> dict:
+def measure(model: str, spec: str, precision: str, data: str, warmup: int, updates: int, cpu: bool,
+            threads: int | None) -> dict:
     """One configuration in this process: warm-up updates, then timed ones (run by the parent in a child)."""
     import logging
 
     logging.basicConfig(level=logging.WARNING)  # before fairseq: it would otherwise log every update
     import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
@@ -108,7 +116,8 @@ def measure(model: str, spec: str, precision: str, data: str, warmup: int, updat
         sync()
         seconds = time.perf_counter() - start
         applied = trainer.get_num_updates() - before
-    return {"model": model, "shape": spec, "precision": precision, "device": device_name(not cuda),
+    return {"model": model, "shape": spec, "precision": precision, "threads": torch.get_num_threads(),
+            "device": device_name(not cuda),
             "parameters": sum(p.numel() for p in trainer.model.parameters()),
             "warmup": warmup, "updates": updates, "skipped_updates": updates - applied,
             "seconds": round(seconds, 4), "updates_per_second": round(updates / seconds, 3),
@@ -134,47 +143,55 @@ def device_name(cpu: bool) -> str:
     return "cpu" if cpu or not torch.cuda.is_available() else torch.cuda.get_device_name()
 
 
-def run_child(config: tuple[str, str, str], args) -> dict:
+def run_child(config: tuple[str, str, str, int | None], args) -> dict:
     """One configuration in a process of its own; an error (out of memory, say) is recorded, not raised."""
-    model, spec, precision = config
+    model, spec, precision, threads = config
     cmd = [sys.executable, __file__, "--one", model, spec, precision, "--data", args.data,
-           "--warmup", str(args.warmup), "--updates", str(args.updates), *(["--cpu"] if args.cpu else [])]
+           "--warmup", str(args.warmup), "--updates", str(args.updates), *(["--cpu"] if args.cpu else []),
+           *(["--one-threads", str(threads)] if threads else [])]
+    env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)} if threads else {}))
     started = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     wall = round(time.perf_counter() - started, 1)
     measured = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if measured:  # a process that failed after printing its figures still measured them
         extra = {} if proc.returncode == 0 else {"exit": proc.returncode, "stderr_tail": proc.stderr[-300:]}
         return {**json.loads(measured[-1]), "process_seconds": wall, **extra}
     error = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1]
-    return {"model": model, "shape": spec, "precision": precision, "error": error[:300], "exit": proc.returncode,
+    return {"model": model, "shape": spec, "precision": precision, "threads": threads, "error": error[:300],
+            "exit": proc.returncode,
             "stderr_tail": proc.stderr[-2000:], "process_seconds": wall}
 
 
 def table(results: list[dict]) -> str:
-    """Markdown: one row a configuration, the median over its repeats, with the transformer's ratio."""
+    """Markdown: one row a configuration, the median over its repeats, with the transformer's ratio at the same
+    shape, precision and threads."""
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        groups.setdefault((r["shape"], r["precision"], r["model"]), []).append(r)
+        groups.setdefault((r["shape"], r["precision"], r.get("threads") or 0, r["model"]), []).append(r)
     anchor = {}
-    for (spec, precision, model), runs in groups.items():
+    for (spec, precision, threads, model), runs in groups.items():
         ok = [r for r in runs if "error" not in r]
         if model == "transformer" and ok:
-            anchor[spec, precision] = statistics.median(r["target_tokens_per_second"] for r in ok)
-    rows = ["| shape: max tokens | precision | model | updates/s | target tokens/s | vs transformer | "
-            "skipped | peak GiB | runs |", "|---|---|---|---|---|---|---|---|---|"]
+            anchor[spec, precision, threads] = statistics.median(r["target_tokens_per_second"] for r in ok)
+    rows = ["| shape: max tokens | precision | threads | model | updates/s | target tokens/s | vs transformer | "
+            "skipped | peak GiB | runs |", "|---|---|---|---|---|---|---|---|---|---|"]
     order = {m: i for i, m in enumerate(MODELS)}
-    for (spec, precision, model) in sorted(groups, key=lambda k: (k[0], list(PRECISION_FLAGS).index(k[1]), order[k[2]])):
-        runs = groups[spec, precision, model]
+    for key in sorted(groups, key=lambda k: (k[0], list(PRECISION_FLAGS).index(k[1]), k[2], order[k[3]])):
+        spec, precision, threads, model = key
+        runs = groups[key]
         ok = [r for r in runs if "error" not in r]
+        shown = threads or "torch's"
         if not ok:
-            rows.append(f"| {spec} | {precision} | {NAMES[model]} | failed: {runs[0]['error'][:80]} | | | | | {len(runs)} |")
+            rows.append(f"| {spec} | {precision} | {shown} | {NAMES[model]} | failed: {runs[0]['error'][:80]} "
+                        f"| | | | | {len(runs)} |")
             continue
         ups = statistics.median(r["updates_per_second"] for r in ok)
         tps = statistics.median(r["target_tokens_per_second"] for r in ok)
-        ratio = f"{tps / anchor[spec, precision]:.2f}" if (spec, precision) in anchor else ""
+        base = anchor.get((spec, precision, threads))
+        ratio = f"{tps / base:.2f}" if base else ""
         peak = max((r["peak_memory_gib"] or 0) for r in ok) if ok[0]["peak_memory_gib"] is not None else None
-        rows.append(f"| {spec} | {precision} | {NAMES[model]} | {ups:.2f} | {tps:,.0f} | {ratio} | "
+        rows.append(f"| {spec} | {precision} | {shown} | {NAMES[model]} | {ups:.2f} | {tps:,.0f} | {ratio} | "
                     f"{max(r['skipped_updates'] for r in ok)} | {'' if peak is None else f'{peak:.2f}'} | "
                     f"{len(ok)} of {len(runs)} |")
     return "\n".join(rows) + "\n"
@@ -196,13 +213,19 @@ def main() -> None:
     p.add_argument("--deadline", type=float, default=None,
                    help="seconds from the start after which no configuration starts")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even where there is a GPU")
+    p.add_argument("--threads", nargs="+", type=int, default=None,
+                   help="CPU thread counts, each a configuration (default: torch's own choice)")
     p.add_argument("--one", nargs=3, metavar=("MODEL", "SHAPE", "PRECISION"), help=argparse.SUPPRESS)
+    p.add_argument("--one-threads", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        report_and_exit(measure(*args.one, args.data, args.warmup, args.updates, args.cpu))
+        report_and_exit(measure(*args.one, args.data, args.warmup, args.updates, args.cpu, args.one_threads))
     for spec in args.shapes:
         shape_of(spec)
-    configs = [(m, s, pr) for s in args.shapes for pr in args.precisions for m in args.models]
+    if args.threads and min(args.threads) < 1:
+        p.error("--threads: each count must be at least 1")
+    configs = [(m, s, pr, t) for s in args.shapes for pr in args.precisions for t in (args.threads or [None])
+               for m in args.models]
     rng, started, results = random.Random(args.seed), time.perf_counter(), []
     out = Path(args.out) if args.out else None
     stopped = False
@@ -236,6 +259,7 @@ def write(out: Path, results: list[dict], args, stopped: bool) -> None:
     meta = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "device": device_name(args.cpu),
             "torch": torch.__version__, "cuda": torch.version.cuda, "cpu_cores": os.cpu_count(),
             "warmup": args.warmup, "updates": args.updates, "repeats": args.repeats, "seed": args.seed,
+            "threads": args.threads,
             "stopped_at_deadline": stopped}
     atomic.write_json(out / "results.json", {"meta": meta, "runs": results})
     atomic.write_text(out / "table.md", table(results))
