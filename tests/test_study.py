@@ -702,6 +702,53 @@ def test_a_study_restores_from_its_store_without_retraining_and_retrains_only_wh
     assert calls[0] == "teacher" and sorted(calls[1:]) == ["set", "set2", "student"]
 
 
+def test_a_kept_sets_json_and_markdown_name_the_study_folder_as_dir_and_a_restore_elsewhere_names_its_own(tmp_path):
+    """The archive does not depend on where the study ran: in meta.json (JSON-escaped) and CARD.md the folder is
+    DIR; restored into another folder they name that one; a file that held "DIR/" already, and a data file, are
+    kept byte for byte."""
+    import io
+    import lzma
+    import tarfile
+
+    from nat_kd.engine.store import Kept
+
+    def plan(study):
+        def distil(ctx):
+            data = ctx.work / "data"
+            data.mkdir()
+            (data / "meta.json").write_text(json.dumps({"source": f"{study}/work/prepare/raw/train.en",
+                                                        "sibling": f"{study}2/raw"}))
+            (data / "CARD.md").write_text(f"| {study}/work/teacher/model.pt |\n")
+            (data / "notes.md").write_text(f"run DIR/x in {study}/work\n")  # DIR/ already: not rewritten
+            (data / "train.de").write_text(f"{study}/work is a German sentence\n")  # data: never rewritten
+            return {"outputs": [], "dir": str(data)}
+
+        return [Step("set", "distil", {}, distil,
+                     keep=lambda work, result: Kept([Path("data") / n for n in ("CARD.md", "meta.json", "notes.md",
+                                                                                 "train.de")]))]
+
+    first, elsewhere, store = tmp_path / "a b", tmp_path / "c\\d", tmp_path / "store"
+    Runner(first, store=store).run(plan(first))
+    stored = json.loads((store / "steps" / "set.json").read_text())
+    assert stored["kept"]["relocated"] == ["data/CARD.md", "data/meta.json"]
+    with tarfile.open(fileobj=io.BytesIO(lzma.decompress((store / "kept" / "set.tar.xz").read_bytes()))) as tar:
+        inside = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers()}
+    assert json.loads(inside["data/meta.json"]) == {"source": "DIR/work/prepare/raw/train.en",
+                                                    "sibling": f"{first}2/raw"}
+    assert inside["data/CARD.md"] == "| DIR/work/teacher/model.pt |\n"
+    assert inside["data/notes.md"] == f"run DIR/x in {first}/work\n"
+    assert inside["data/train.de"] == f"{first}/work is a German sentence\n"
+
+    runner = Runner(elsewhere, store=store)  # a folder whose name JSON escapes
+    runner.run(plan(first))
+    assert runner.skipped == ["set"]
+    data = elsewhere / "work" / "set" / "data"
+    assert json.loads((data / "meta.json").read_text())["source"] == f"{elsewhere}/work/prepare/raw/train.en"
+    assert (data / "CARD.md").read_text() == f"| {elsewhere}/work/teacher/model.pt |\n"
+    assert (data / "notes.md").read_text() == inside["data/notes.md"]
+    assert (data / "train.de").read_text() == inside["data/train.de"]
+
+
 def test_a_stored_file_that_does_not_match_its_record_is_refused_in_one_line(tmp_path):
     from nat_kd.engine.store import StoreError
 

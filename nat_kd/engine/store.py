@@ -7,6 +7,10 @@ resumes from it without retraining what those outputs came from.
                              student's hypotheses); the record's "kept" holds the archive's digest and the
                              digest of each file the step's rebuild makes again beside them (a set's bin/)
 
+In a kept .json or .md file (a set's meta.json and card) the study folder is written as DIR too, so that an
+archive does not depend on where its study ran and a set restored elsewhere names its own folder; the record's
+"relocated" lists those files (one that held "DIR/" already is kept as it is).
+
 Checkpoints are never kept: a step restored without its outputs (a teacher) counts as done from its record
 only while no step that is still to run reads them (nat_kd.engine.runner).
 """
@@ -58,17 +62,31 @@ def _from_placeholder(record: dict, study: Path) -> dict:
                                                                                          f'"{root}"'))
 
 
-def _archive(folder: Path, files: list[Path]) -> bytes:
+RELOCATED_SUFFIXES = (".json", ".md")  # the kept files that name paths: meta.json, card.json, CARD.md
+
+
+def _roots(study: Path, name: str) -> tuple[bytes, bytes]:
+    """The study folder as file ``name`` writes it (escaped in JSON), and DIR, each with its trailing slash."""
+    root = json.dumps(str(study))[1:-1] if name.endswith(".json") else str(study)
+    return f"{root}/".encode(), f"{PLACEHOLDER}/".encode()
+
+
+def _archive(folder: Path, files: list[Path], study: Path) -> tuple[bytes, list[str]]:
     """The files as an xz-compressed tar whose bytes depend only on their names and contents (no times, owners
-    or modes), so that an unchanged output leaves the committed archive unchanged."""
-    buffer = io.BytesIO()
+    or modes), so that an unchanged output leaves the committed archive unchanged; and the files in which the
+    study folder was written as DIR."""
+    buffer, relocated = io.BytesIO(), []
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(str(f) for f in files):
             info = tarfile.TarInfo(name)
             data = (folder / name).read_bytes()
+            root, placeholder = _roots(study, name)
+            if name.endswith(RELOCATED_SUFFIXES) and root in data and placeholder not in data:
+                data = data.replace(root, placeholder)
+                relocated.append(name)
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             tar.addfile(info, io.BytesIO(data))
-    return lzma.compress(buffer.getvalue(), preset=9 | lzma.PRESET_EXTREME)
+    return lzma.compress(buffer.getvalue(), preset=9 | lzma.PRESET_EXTREME), relocated
 
 
 class Store:
@@ -108,14 +126,14 @@ class Store:
         if kept is not None and not kept.files:  # a record alone (a training without hypotheses)
             stored["kept"] = {"files": [], "rebuilt": {}}
         elif kept is not None:
-            data = _archive(work, kept.files)
+            data, relocated = _archive(work, kept.files, self.study)
             if len(data) > MAX_FILE_BYTES:
                 logger.warning("%s: %.1f MB compressed, over the %d MB a kept file may have: not kept",
                                name, len(data) / 2**20, MAX_FILE_BYTES // 2**20)
                 stored["kept"] = None
             else:
                 stored["kept"] = {"archive": f"kept/{name}.tar.xz", "sha256": hashlib.sha256(data).hexdigest(),
-                                  "files": sorted(str(f) for f in kept.files),
+                                  "files": sorted(str(f) for f in kept.files), "relocated": relocated,
                                   "rebuilt": {str(f): sha256_file(work / f) for f in sorted(kept.rebuilt)}}
                 archive = self.archive_file(name)
                 if not archive.is_file() or archive.read_bytes() != data:
@@ -155,6 +173,9 @@ class Store:
                 if names != kept["files"]:
                     raise StoreError(f"{archive}: holds other files than its record names; restore both from git")
                 tar.extractall(tmp, filter="data")
+            for name in kept.get("relocated", []):
+                root, placeholder = _roots(self.study, name)
+                (tmp / name).write_bytes((tmp / name).read_bytes().replace(placeholder, root))
             if rebuild is not None:
                 rebuild(tmp, results)
             for name, digest in kept["rebuilt"].items():
