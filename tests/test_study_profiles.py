@@ -2,12 +2,15 @@
 results checked table by table. In files of their own so that the test workers run them side by side."""
 import json
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import run_profile, small_multi30k
+from conftest import ROOT, run_profile, small_multi30k
 from nat_kd.study import config as study_config
 from nat_kd.study.plan import build_plan
 
@@ -144,7 +147,7 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
                                                          extra=("--store", str(store)))
     assert (results / "students_vs_teacher_size.png").stat().st_size > 10_000
     section = text.split("## The central figure", 1)[1]
-    rows = {r["name"]: r for r in steps["analysis"]["result"]["rows"]}
+    rows = rows_of_analysis = {r["name"]: r for r in steps["analysis"]["result"]["rows"]}
     for t in cfg.teachers:
         teacher = steps[f"teacher.{t.name}"]["result"]
         # the one stopping rule: a measurement every 2 updates, stopped one measurement after the last best
@@ -178,3 +181,25 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
     for name, files in sets.items():  # every file of each set, bin/ included, byte for byte
         assert sorted((p.relative_to(out / "work" / name), p.read_bytes())
                       for p in (out / "work" / name).rglob("*") if p.is_file() and not p.name.startswith(".")) == files
+
+    # the store's page of its sets: a row each with its records' figures, and commands that work as printed
+    page = (store / "distilled_sets.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): [c.strip() for c in line.split("|")[2:-1]]
+            for line in page.splitlines() if line.startswith("| `distil.")}
+    assert sorted(rows) == sorted(sets)
+    for name, row in rows.items():
+        teacher = steps[steps[name]["settings"]["teacher"]]["result"]
+        assert row[:4] == [steps[name]["settings"]["teacher"], f"{teacher['parameters']:,}",
+                           f"{teacher['test_bleu']:.2f}", f"{steps[name]['result']['sentences']:,}"]
+        assert row[4] == f"{rows_of_analysis[steps[name]['result']['name']]['complexity']:.4f}"
+        assert f"sha256 `{json.loads((store / 'steps' / f'{name}.json').read_text())['kept']['sha256']}`" in page
+    restore, train = [block.split("\n")[1] for block in page.split("```bash")[1:3]]
+    mine = tmp_path / "mine"
+    argv = restore.replace("STUDY", str(mine)).split()
+    assert argv[:4] == ["python", "-m", "nat_kd.study", "ladder-micro"] and argv[-2] == "--only"
+    assert main([*argv[3:], "--data-dir", corpus]) == 0  # only the corpus is made: the set is restored
+    assert "ran 1 step(s), " in capsys.readouterr().out and not list(mine.rglob("*.pt"))  # no model trained
+    student = shlex.split(train.replace("STUDY", str(mine)).replace("SAVE_DIR", str(tmp_path / "save")))
+    proc = subprocess.run([sys.executable, "-m", "fairseq_cli.train", *student[1:], "--cpu"], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0 and (tmp_path / "save" / "checkpoint_last.pt").is_file(), proc.stdout[-2000:]

@@ -82,6 +82,7 @@ def main(argv=None) -> int:
 def _study(args, argv) -> int:
     from nat_kd.engine.steps import settings_as_read  # imports fairseq
     from .plan import build_plan
+    from .released_sets import write_sets_page
     from .results import write_results  # imports matplotlib
 
     check_launcher_arguments(args)
@@ -137,6 +138,10 @@ def _study(args, argv) -> int:
     pending = {s.name: progress_note(out / "work" / s.name) if states[s.name] == "begun" else ""
                for s in steps if s.name not in records}
     paths = write_results(cfg, records, out / "results", command, pending)
+    if runner.store is not None:
+        page = write_sets_page(cfg, runner.store, args.store, args.config)
+        if page is not None:
+            print(f"the store's distilled sets: {page}")
     if args.results_only:
         print(f"{len(records)} of {len(steps)} steps done, none run; results: {paths['markdown']}")
     else:

@@ -1,0 +1,175 @@
+"""The page of the distilled sets a study's store keeps (STORE/distilled_sets.md), written with the study's
+results: for each set in STORE/kept/, the teacher that made it (shape, training, BLEU, its checkpoint's sha256,
+though the checkpoint itself is never kept), the decoding, the set's measures and card, the archive, and the
+commands that restore it into a study folder and train a student on it without the teacher.
+
+From the store's own records and archives only, so the page says what a clone of the repository holds.
+"""
+from __future__ import annotations
+
+import io
+import json
+import lzma
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+from nat_kd import atomic
+from nat_kd.analysis.metrics import shown
+from nat_kd.analysis.metrics.base import DECODING
+from nat_kd.engine.fairseq_jobs import train_args
+from nat_kd.engine.steps import SET_FOLDER, student_arch, student_step
+from nat_kd.engine.store import Store
+from nat_kd.markdown import cell, table
+
+from .config import StudyConfig
+
+PAGE = "distilled_sets.md"
+
+
+def _card(store: Store, record: dict) -> dict:
+    """The set's card.json, read from its archive (an archive without one: {})."""
+    data = lzma.decompress(store.archive_file(record["name"]).read_bytes())
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        try:
+            member = tar.extractfile(f"{SET_FOLDER}/card.json")
+        except KeyError:
+            return {}
+        return json.loads(member.read().decode("utf-8"))
+
+
+def kept_sets(store: Store) -> list[dict]:
+    """The store's distilled sets that have an archive, in the order of their teachers' size (parameters)."""
+    records = store.records()
+    rows = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
+    sets = []
+    for name, record in records.items():
+        kept = record.get("kept") or {}
+        if record["kind"] != "distil" or not kept.get("archive"):
+            continue
+        teacher = records.get(record["settings"]["teacher"], {})
+        sets.append({"step": name, "record": record, "teacher": teacher, "card": _card(store, record),
+                     "analysis": rows.get(record["result"]["name"], {}),
+                     "bytes": store.archive_file(name).stat().st_size})
+    return sorted(sets, key=lambda s: (s["teacher"].get("result", {}).get("parameters") or 0, s["step"]))
+
+
+def _shape(settings: dict) -> str:
+    shape = settings.get("shape") or {}
+    if not shape:
+        return "-"
+    return (f"{shape['layers']}x{shape['embed_dim']}, ffn {shape['ffn_dim']}, {shape['heads']} heads"
+            + (f", dropout {shape['dropout']:g}" if shape.get("dropout") is not None else ""))
+
+
+def _training(teacher: dict) -> str:
+    result, training = teacher.get("result", {}), teacher.get("settings", {}).get("training", {})
+    if not result:
+        return "-"
+    stop = (f"stopped early at {result['updates_trained']:,}" if result.get("stopped_early")
+            else f"{result.get('updates_trained', training.get('updates', 0)):,} updates (the budget)")
+    return (f"{stop}, best at {result.get('best_updates', 0):,}; lr {training.get('lr', 0):g}, warm-up "
+            f"{training.get('warmup', 0):,}, {training.get('max_tokens', 0):,} tokens a batch, BLEU every "
+            f"{training.get('bleu_every', 0):,} updates, patience {training.get('patience', 0)}")
+
+
+def _decoding(card: dict) -> str:
+    decoding = card.get("decoding") or {}
+    if not decoding:
+        return "-"
+    backend = decoding.get("backend", {})
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(decoding.get("settings", {}).items()) if k != "name")
+    return f"`{decoding.get('strategy')}` by {backend.get('name')} ({settings})"
+
+
+def _student_command(cfg: StudyConfig, family: str, bin_dir: str) -> str:
+    """fairseq-train as the study runs a student of ``family`` on the set in ``bin_dir``, in one run that keeps
+    fairseq's best validation loss (the study trains it in chunks and keeps the best validation BLEU)."""
+    root = Path(__file__).resolve().parents[2]
+    argv = train_args(Path(bin_dir), Path("SAVE_DIR"), arch=student_arch(family), shape=cfg.student_shape,
+                      training=replace(cfg.student_training, bleu_every=0, patience=0), nat_family=family)
+    words = ["fairseq-train"] + [str(a).replace(str(root) + "/", "") for a in argv]
+    return " ".join(f"'{w}'" if " " in w else w for w in words)
+
+
+def _students(cfg: StudyConfig, kept: dict) -> list[str]:
+    family, data = cfg.student_families[0], kept["record"]["result"]["name"]
+    return [f"The study's own students train on it with `--only {student_step(family, data)}` (one step a family "
+            f"and set: the names `--list` prints); or train one yourself, here the study's {family} student in "
+            "one run (its checkpoint chosen on validation loss):\n",
+            "```bash", _student_command(cfg, family, f"STUDY/work/{kept['step']}/{SET_FOLDER}/bin"), "```\n"]
+
+
+def sets_page(cfg: StudyConfig, store: Store, shown_store: str, profile: str) -> str | None:
+    """The page's Markdown; None where the store keeps no set. ``shown_store``: the store as the commands write
+    it; ``profile``: the study's profile or config file, as the commands name it."""
+    sets = kept_sets(store)
+    if not sets:
+        return None
+    columns = shown(DECODING)
+    rows = []
+    for s in sets:
+        record, teacher, a = s["record"], s["teacher"].get("result", {}), s["analysis"]
+        rows.append([f"`{s['step']}`", record["settings"]["teacher"], cell(teacher.get("parameters"), ","),
+                     cell(teacher.get("test_bleu"), ".2f"), cell(record["result"].get("sentences"), ","),
+                     *(cell(a.get(m.name), column.format) for m, column in columns),
+                     f"[{s['bytes'] / 2**20:.2f} MB](kept/{s['step']}.tar.xz)"])
+    signatures = sorted({s["teacher"].get("result", {}).get("bleu_signature") for s in sets} - {None})
+    lines = [
+        f"# The distilled sets kept with the `{cfg.name}` study\n",
+        f"Each set is a teacher's re-decoding of the {cfg.src}-{cfg.tgt} training pairs; its target side, its "
+        "meta.json, per-line scores and dataset card are committed in [kept/](kept/) (xz-compressed tar), with "
+        "their digests in [steps/](steps/). The teachers' checkpoints are not kept; each set's section "
+        "below names its teacher's by sha256. The source side is the prepared corpus's, so a set is restored into a study "
+        "folder of your own, where its `bin/` is binarized again and checked against the record's digests.\n",
+        table(["set", "teacher", "parameters", "teacher test BLEU", "sentences",
+               *(column.label for _, column in columns), "archive"], rows),
+        "Teacher BLEU: sacrebleu on the study's test set, detokenized, from the checkpoint of best validation BLEU"
+        + (f" (`{'`, `'.join(signatures)}`)" if signatures else "") + ". The measures: the study's analysis "
+        "of the training targets (docs/analysis.md).\n",
+        "## Using a set without its teacher\n",
+        "Restore a set (and the corpus it pairs with) into a folder of your own; the teacher is not trained:\n",
+        "```bash",
+        f"python -m nat_kd.study {profile} --out STUDY --store {shown_store} --only {sets[0]['step']}",
+        "```\n",
+        f"The set is then `STUDY/work/{sets[0]['step']}/{SET_FOLDER}/` (its `bin/` for fairseq).",
+        *(_students(cfg, sets[0]) if cfg.student_families else []),
+        f"`--store` takes any copy of this folder (a clone's `{shown_store}`, or one unpacked elsewhere). "
+        "Inside an archive: `tar -xJf kept/NAME.tar.xz` gives the targets (`data/train.LANG`, and in the teacher's "
+        "pieces `data/spm/`), `data/meta.json` (how it was made) and the card (`data/CARD.md`); paths inside "
+        "name the study folder as `DIR`.\n",
+        "## Each set\n",
+    ]
+    for s in sets:
+        record, teacher, card = s["record"], s["teacher"], s["card"]
+        result = teacher.get("result", {})
+        against = card.get("scores_vs_reference") or {}
+        checkpoint = (card.get("teacher") or {}).get("sha256") or []
+        lines += [
+            f"### `{s['step']}`\n",
+            f"- **Teacher** `{record['settings']['teacher']}`: {_shape(teacher.get('settings', {}))}; "
+            f"{cell(result.get('parameters'), ',')} parameters; validation BLEU {cell(result.get('valid_bleu'), '.2f')}, "
+            f"test BLEU {cell(result.get('test_bleu'), '.2f')}; checkpoint sha256 "
+            + (", ".join(f"`{c}`" for c in checkpoint) or "-") + ".",
+            f"- **Training**: {_training(teacher)}.",
+            f"- **Decoding**: {_decoding(card)}; {cell(record['result'].get('sentences'), ',')} sentences in "
+            f"{cell(record.get('wall_seconds'), '.0f')} s ({cell(record['result'].get('sentences_per_second'), '.1f')} "
+            f"sentences/s, {record.get('threads', '-')} torch thread(s)).",
+            f"- **Against the real targets**: BLEU {cell(against.get('bleu'), '.2f')}, chrF "
+            f"{cell(against.get('chrf'), '.2f')}, length ratio {cell(against.get('length_ratio_corpus'), '.3f')}"
+            + (f" (`{against['bleu_signature']}`)" if against.get("bleu_signature") else "") + ".",
+            f"- **Card**: `data/CARD.md` in [kept/{s['step']}.tar.xz](kept/{s['step']}.tar.xz) "
+            f"({s['bytes']:,} bytes, sha256 `{record['kept']['sha256']}`).\n",
+        ]
+    return "\n".join(lines)
+
+
+def write_sets_page(cfg: StudyConfig, store: Store, shown_store: str, profile: str) -> Path | None:
+    """Write STORE/distilled_sets.md (module docstring) where the store keeps a set; its path, else None."""
+    text = sets_page(cfg, store, shown_store, profile)
+    if text is None:
+        return None
+    path = store.root / PAGE
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        atomic.write_text(path, text)
+    return path
