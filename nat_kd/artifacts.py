@@ -60,6 +60,7 @@ class PreparedCorpus(_Folder):
     """nat_kd.prepare's output folder; its module docstring says what each file holds."""
 
     manifest_file = _file("manifest.json")
+    source_file = _file("source.json", "where the corpus was read from (kept out of manifest.json)")
     # what a command that takes only such a folder says of another one (a fairseq-binarized corpus, say)
     HOW_TO_MAKE = ("make one from the corpus's raw text in its own tokens: python -m nat_kd.prepare --src SRC --tgt "
                    "TGT --trainpref RAW/train --validpref RAW/valid --testpref RAW/test --bpe-codes CODES --tokenizer "

@@ -21,7 +21,11 @@ Output (default ``data/multi30k.SRC-TGT.spmV``), with fairseq's split names trai
     bin/                  fairseq-preprocess output, one joined dictionary unless --separate-dictionaries
     SPLIT.lang            (mix only) the true language of each target line
     manifest.json         settings, input hashes, counts, the tokenization: re-running with the same inputs is a
-                          no-op, and nat_kd.generate_distilled --prepared reads how to detokenize
+                          no-op, and nat_kd.generate_distilled --prepared reads how to detokenize; no path
+                          outside the folder, so that the same corpus read from anywhere has the same bytes
+                          (a study takes its digest as the corpus's)
+    source.json           where the corpus was read from: the Multi30k folder, or the own corpus's prefixes and
+                          its model or codes
 """
 from __future__ import annotations
 
@@ -164,8 +168,13 @@ def fingerprint(raw_dir: Path | None, cfg: PrepareConfig) -> tuple[str, dict]:
             if not Path(model).is_file():
                 raise CorpusError(f"{model} does not exist; check --{option.replace('_', '-')}")
             inputs[option] = sha256_file(model)
-    settings = {key: (bool(value) if key in PATH_FIELDS else value) for key, value in cfg.settings().items()}
-    return sha256_json({"config": settings, "version": PREPARE_VERSION, "inputs": inputs}), inputs
+    return sha256_json({"config": placeless_settings(cfg), "version": PREPARE_VERSION, "inputs": inputs}), inputs
+
+
+def placeless_settings(cfg: PrepareConfig) -> dict:
+    """The settings with each file given (an own corpus's prefixes, its model or codes) as true: files count
+    by their content (the fingerprint's inputs), not by where they are (source.json)."""
+    return {key: (bool(value) if key in PATH_FIELDS else value) for key, value in cfg.settings().items()}
 
 
 def is_up_to_date(out_dir: Path, key: str, cfg: PrepareConfig) -> bool:
@@ -174,7 +183,8 @@ def is_up_to_date(out_dir: Path, key: str, cfg: PrepareConfig) -> bool:
         manifest = prepared.manifest()
     except CorpusError:  # a damaged manifest: rebuild
         return False
-    return (manifest is not None and manifest.get("fingerprint") == key
+    # a manifest naming the folder it was read from (before source.json) is rebuilt, to the same content
+    return (manifest is not None and manifest.get("fingerprint") == key and "raw_dir" not in manifest
             and prepared.bin.dictionary(cfg.src).exists())
 
 
@@ -292,11 +302,13 @@ def prepare(cfg: PrepareConfig, raw_dir=None, out_dir=None, workers: int | None 
         counts = {name: write_split(prepared, name, cfg, triples, encode) for name, triples in splits.items()}
         binarize(prepared, cfg, list(splits), workers or available_cores())
         dictionary_size = sum(1 for _ in open(prepared.bin.dictionary(cfg.src), encoding="utf-8"))
+        given = {key: value for key, value in cfg.settings().items() if key in PATH_FIELDS and value}
+        atomic.write_json(prepared.source_file, {"raw_dir": str(raw_dir or Path(cfg.trainpref).parent), **given})
         atomic.write_json(prepared.manifest_file, {
-            "fingerprint": key, "config": cfg.settings(), "prepare_version": PREPARE_VERSION,
-            "raw_dir": str(raw_dir or Path(cfg.trainpref).parent), "inputs_sha256": inputs, "sentences": counts,
+            "fingerprint": key, "config": placeless_settings(cfg), "prepare_version": PREPARE_VERSION,
+            "inputs_sha256": inputs, "sentences": counts,
             **manifest, "fairseq_dictionary_entries": dictionary_size,
-            "split_names": FAIRSEQ_SPLITS if not cfg.trainpref else cfg.prefixes(),
+            **({"split_names": FAIRSEQ_SPLITS} if not cfg.trainpref else {}),
         })
     return out_dir
 

@@ -111,7 +111,7 @@ def test_fetch_into_an_empty_cache_then_prepare(no_local, site, published, tmp_p
         assert (no_local / name).read_bytes() == published[name]
     assert site.url + "train.en.gz" in caplog.text  # where each file came from
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["raw_dir"] == str(no_local)
+    assert json.loads((out / "source.json").read_text()) == {"raw_dir": str(no_local)}
     assert manifest["inputs_sha256"] == {name: SHA256[name] for name in EN_DE}
     assert manifest["sentences"] == {"train": 30, "valid": 1014, "test": 1000}
     assert read_lines(out / "raw" / "valid.de") == read_lines(data_dir() / "val.de.gz")
@@ -202,7 +202,7 @@ def test_a_local_copy_comes_first(how, no_local, site, local_copy, monkeypatch, 
 def test_prepare_reads_the_local_copy_without_a_request(no_local, site, local_copy, monkeypatch, tmp_path):
     monkeypatch.setenv("NAT_KD_DATA", str(local_copy))
     out = prepare(PrepareConfig("en", "de", vocab_size=120), out_dir=tmp_path / "out")
-    assert json.loads((out / "manifest.json").read_text())["raw_dir"] == str(local_copy)
+    assert json.loads((out / "source.json").read_text())["raw_dir"] == str(local_copy)
     assert site.requests == [] and cached(no_local) == []
 
 

@@ -48,6 +48,23 @@ def test_outputs_are_line_aligned_and_binarized(raw_dir, tmp_path):
     assert manifest["sentences"] == {"train": 40, "valid": 12, "test": 10}
 
 
+def test_the_same_corpus_read_from_another_folder_gives_the_same_manifest_byte_for_byte(raw_dir, tmp_path):
+    """A study takes manifest.json's digest as the corpus's: where the corpus was read from goes to source.json
+    only, so a store's records match on another machine; a manifest that named its folder is rebuilt."""
+    import shutil
+
+    moved = tmp_path / "elsewhere" / "multi30k"
+    shutil.copytree(raw_dir, moved)
+    first, second = prepare(small(), raw_dir, tmp_path / "a"), prepare(small(), moved, tmp_path / "b")
+    assert (first / "manifest.json").read_bytes() == (second / "manifest.json").read_bytes()
+    assert str(raw_dir) not in (first / "manifest.json").read_text()
+    assert json.loads((second / "source.json").read_text()) == {"raw_dir": str(moved)}
+    manifest = json.loads((first / "manifest.json").read_text())
+    (first / "manifest.json").write_text(json.dumps({**manifest, "raw_dir": str(raw_dir)}))
+    prepare(small(), raw_dir, first)
+    assert (first / "manifest.json").read_bytes() == (second / "manifest.json").read_bytes()
+
+
 def test_rerun_is_a_noop_and_changes_rebuild(raw_dir, tmp_path, caplog):
     out = prepare(small(), raw_dir, tmp_path / "out")
     manifest = out / "manifest.json"
@@ -140,7 +157,8 @@ def test_out_dir_that_holds_inputs_or_other_files_is_refused_before_any_work(raw
     # an earlier prepared corpus is replaced, unless it holds the input itself
     out = prepare(small(), raw_dir, tmp_path / "out")
     assert main([*own_corpus, "--out-dir", str(out)]) == 0
-    assert json.loads((out / "manifest.json").read_text())["config"]["trainpref"] == str(own / "train")
+    assert json.loads((out / "manifest.json").read_text())["config"]["trainpref"] is True
+    assert json.loads((out / "source.json").read_text())["trainpref"] == str(own / "train")
     with pytest.raises(SettingsError, match="is or holds the input"):
         prepare(PrepareConfig("en", "de", vocab_size=120, trainpref=str(out / "raw" / "train")), out_dir=out)
 
