@@ -651,6 +651,13 @@ def test_training_saves_every_n_updates_in_fp16_and_counts_the_updates_a_requeue
     assert "# resuming from update 2000: the last run was cut short at update 2350, so 350 updates are trained again" \
         in log.read_text()
     assert fairseq_jobs.resumed_from(save_dir) == [2000]
+    with open(log, "a") as handle:  # a run killed before its first log line: nothing counted, no negative figure
+        handle.write("$ python -m fairseq_cli.train ...\nINFO | fairseq.trainer | Loaded checkpoint (epoch 5 @ 4000 "
+                     "updates)\n")
+    assert fairseq_jobs.count_repeated_updates(save_dir, log) == 350
+    assert log.read_text().endswith("# resuming from update 4000: the last run was cut short before it logged an "
+                                    "update beyond it\n")
+    assert fairseq_jobs.resumed_from(save_dir) == [2000, 4000]
 
 
 def test_detach_chains_the_plan_in_slurms_queue_and_list_reads_the_jobs_back(tmp_path, monkeypatch, capsys):

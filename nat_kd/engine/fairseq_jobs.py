@@ -209,15 +209,17 @@ def count_repeated_updates(save_dir: Path, log: Path) -> int:
         return counted["updates"]
     reached = max((int(n) for n in _UPDATES.findall(text[start:])), default=0)
     saved = checkpoint_updates(last) if last.is_file() else 0
-    total = counted["updates"] + max(0, reached - saved)
+    repeated = max(0, reached - saved)  # a run cut short before its first log line beyond the checkpoint: 0
+    total = counted["updates"] + repeated
     # a run cut short (killed, preempted: fairseq never said it was done) is resumed from the checkpoint here
     cut = "done training in" not in text[start:]
     resumed = counted.get("resumed_from", []) + ([saved] if cut else [])
     atomic.write_json(path, {"updates": total, "run": start, **({"resumed_from": resumed} if resumed else {})})
     if cut:
         with open(log, "a", encoding="utf-8") as handle:
-            handle.write(f"# resuming from update {saved}: the last run was cut short at update {reached}, so "
-                         f"{reached - saved} updates are trained again\n")
+            handle.write(f"# resuming from update {saved}: the last run was cut short " + (
+                f"at update {reached}, so {repeated} updates are trained again\n" if repeated else
+                "before it logged an update beyond it\n"))
     return total
 
 
