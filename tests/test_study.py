@@ -1568,3 +1568,19 @@ def test_each_kd_method_is_judged_against_the_plain_set_it_was_made_from(tmp_pat
     assert rows[("glat_ctc", "selective-kd")][3:] == ["21.00", "25.00", "-4.00", p, "worse than plain KD"]
     assert rows[("glat_ctc", "elsewhere")][6:] == ["-", "no difference shown"]
     assert kd_methods_section(study_config.load("capacity"), res) == []  # no method's set in that study
+
+
+def test_the_capacity_figure_of_a_study_under_way_draws_the_teachers_trained_so_far(tmp_path):
+    """Two of the ladder's four teachers trained and no student on their sets yet (only the real-data ones): the
+    figure is drawn on the teachers' span (log axes have no student point to scale by); with one teacher
+    trained, nothing is drawn."""
+    from nat_kd.study.results import capacity_figure
+
+    cfg = study_config.load("ladder")
+    res = {"teacher.tiny": {"parameters": 516480, "test_bleu": 26.9},
+           "teacher.small": {"parameters": 1950720, "test_bleu": 34.84},
+           "student.nat.real": {"test_bleu": 15.27}}
+    assert capacity_figure(cfg, res, tmp_path / "two.png") is True
+    assert (tmp_path / "two.png").stat().st_size > 10_000
+    del res["teacher.small"]
+    assert capacity_figure(cfg, res, tmp_path / "one.png") is False and not (tmp_path / "one.png").exists()

@@ -103,9 +103,11 @@ def capacity_figure(cfg: StudyConfig, res: dict, path: Path) -> bool:
     """Left: teacher BLEU by capacity. Right: each student's BLEU on its beam-distilled data, against the
     capacity of the teacher that made the data; dashed: the same student on the real data. Teachers of one
     shape differ in their training only, so then the x axis is their test BLEU instead. Nothing is drawn
-    (False) for fewer than two teachers with a beam set: a single point shows no trend."""
+    (False) for fewer than two trained teachers with a beam set: a single point shows no trend (a study
+    under way draws those trained so far)."""
     beam = {d.teacher: d.name for d in cfg.distilled if d.strategy == "beam"}
-    teachers = [t for t in cfg.teachers if t.name in beam]
+    teachers = [t for t in cfg.teachers if t.name in beam and res.get(f"teacher.{t.name}", {}).get("test_bleu")
+                is not None]
     if len(teachers) < 2:
         return False
     params = [res.get(f"teacher.{t.name}", {}).get("parameters") for t in teachers]
@@ -131,6 +133,8 @@ def capacity_figure(cfg: StudyConfig, res: dict, path: Path) -> bool:
               xlabel=("capacity of the teacher that distilled the data (parameters)" if by_size
                       else "test BLEU of the teacher that distilled the data"),
               ylabel="student test BLEU", title="NAT students vs teacher " + ("capacity" if by_size else "quality"))
+    if by_size:  # the teachers' span, also while no student on their sets has a BLEU (log axes need one)
+        right.set_xlim(left.get_xlim())
     for ax in (left, right):
         ax.grid(alpha=0.3)
     right.legend(fontsize=8)
