@@ -773,7 +773,8 @@ def test_a_stored_file_that_does_not_match_its_record_is_refused_in_one_line(tmp
 def test_hours_starts_only_the_steps_whose_estimate_from_records_of_their_kind_and_shape_fits(tmp_path):
     """--hours: a training's estimate is the seconds an update of finished trainings of the same architecture,
     shape and batch (3.6 s here, from a committed record), times the updates its budget has left (a begun
-    curve counts what it trained); a step with no such record has none; neither of those two starts."""
+    curve counts what it trained, at its last timed chunk's rate where it has one); a step with no such record
+    has none; neither of those two starts, nor one whose own rate makes it too long."""
     from nat_kd.engine.estimate import hours
 
     shape = {"layers": 2, "embed_dim": 128}
@@ -791,18 +792,26 @@ def test_hours_starts_only_the_steps_whose_estimate_from_records_of_their_kind_a
     def train(name, updates, arch="kd_nat_tiny"):
         return Step(name, "train", settings(updates, arch), lambda ctx: calls.append(name) or {"outputs": []})
 
-    plan = [train("short", 500), train("long", 2000), train("begun", 2000), train("other", 10, "kd_glat_tiny")]
+    plan = [train("short", 500), train("long", 2000), train("begun", 2000), train("other", 10, "kd_glat_tiny"),
+            train("slow", 2000)]
     curve = tmp_path / "study" / "work" / "begun" / "checkpoints" / "curve.json"
     curve.parent.mkdir(parents=True)
     curve.write_text(json.dumps([{"updates": 1250, "valid_bleu": 1.0}, {"updates": 1500, "valid_bleu": 2.0}]))
+    # a begun training whose last chunk was timed here: 250 updates in 2,500 s, 10 s an update, not the 3.6
+    slow = tmp_path / "study" / "work" / "slow" / "checkpoints" / "curve.json"
+    slow.parent.mkdir(parents=True)
+    slow.write_text(json.dumps([{"updates": 1500, "valid_bleu": 2.0, "train_seconds": 2500.0},
+                                {"updates": 1250, "valid_bleu": 1.0, "train_seconds": 900.0}]))
     runner = Runner(tmp_path / "study", reuse=(tmp_path / "results.json",), hours=1.0)
     assert runner.estimate(plan[0], {}) == pytest.approx(1800) and runner.estimate(plan[2], {}) == pytest.approx(1800)
+    assert runner.estimate(plan[4], {}) == pytest.approx(5000)
     runner.run(plan)
-    assert calls == ["short", "begun"] and runner.held == {"long": pytest.approx(7200), "other": None}
+    assert calls == ["short", "begun"] and runner.held == {"long": pytest.approx(7200), "other": None,
+                                                          "slow": pytest.approx(5000)}
     assert [hours(s) for s in (7200, 1800, 30, None)] == ["2.0 h", "30 min", "1 min", "unknown"]
     calls.clear()
     Runner(tmp_path / "study", reuse=(tmp_path / "results.json",)).run(plan)  # no limit: the rest runs
-    assert calls == ["long", "other"]
+    assert calls == ["long", "other", "slow"]
 
 
 def test_a_da_transformer_record_from_before_its_glancing_changed_stands_in_for_nothing(tmp_path):

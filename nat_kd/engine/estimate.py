@@ -4,7 +4,8 @@ the same kind and shape: the study's own, its store's and those of the committed
 A training's rate is its seconds an update (its validation and test decoding included), times the updates
 its budget has left; a distilled set's, seconds a sentence times the training pairs; any other step's, the
 wall time of the step of the same name. Records taken with the same torch threads are preferred; a step with
-no such record has no estimate.
+no such record has no estimate. A begun training whose learning curve timed its last chunk goes by that
+chunk's seconds an update instead: measured on this machine, where the records may come from faster ones.
 """
 from __future__ import annotations
 
@@ -63,19 +64,30 @@ class Estimates:
         key = _key(kind, settings, shape_of) or (kind, name)
         found = self.rates.get(key, [])
         alike = [rate for same, rate in found if same] or [rate for _, rate in found]
+        if kind == "train":
+            done, measured = _curve_rate(work)
+            rate = measured or (statistics.median(alike) if alike else None)
+            return None if rate is None else rate * max(0, settings["training"]["updates"] - done)
         if not alike:
             return None
         rate = statistics.median(alike)
-        if kind == "train":
-            done = 0
-            for path in sorted(work.rglob("curve.json")) if work.is_dir() else []:
-                curve = json.loads(path.read_text(encoding="utf-8"))
-                done = max([done] + [point["updates"] for point in curve])
-            return rate * max(0, settings["training"]["updates"] - done)
         if kind == "distil":
             pairs = records.get(settings["prepare"], {}).get("result", {}).get("train_pairs")
             return rate * pairs if pairs else None
         return rate
+
+
+def _curve_rate(work: Path) -> tuple[int, float | None]:
+    """A begun training's updates so far, and its last timed chunk's seconds an update (None: none timed)."""
+    done, rate = 0, None
+    for path in sorted(work.rglob("curve.json")) if work.is_dir() else []:
+        curve = sorted(json.loads(path.read_text(encoding="utf-8")), key=lambda point: point["updates"])
+        if curve and curve[-1]["updates"] > done:
+            done = curve[-1]["updates"]
+            before = curve[-2]["updates"] if len(curve) > 1 else 0
+            seconds = curve[-1].get("train_seconds")
+            rate = seconds / (done - before) if seconds and done > before else None
+    return done, rate
 
 
 def hours(seconds: float | None) -> str:
