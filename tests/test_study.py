@@ -1368,6 +1368,24 @@ def test_the_ladder_section_reads_the_papers_two_claims_from_the_curves(tmp_path
     assert "- dat: rises to the largest teacher." in text
     assert ("- C(d) token-weighted of each family's peak set, weakest first: nat small (0.780), glat medium "
             "(0.810), dat base (0.840): rises with the student's strength; Spearman rho +1.00 over 3 families.") in text
+    # with the test outputs at hand, each cell's paired bootstrap against its family's peak, as sacrebleu has it
+    from nat_kd.study.central_table import paired_bootstrap, p_value_cell
+
+    (tmp_path / "prep" / "raw").mkdir(parents=True)
+    references = ["ein Hund läuft im Park .", "zwei Männer spielen Fußball .", "eine Frau liest ein Buch .",
+                  "ein Kind isst einen Apfel .", "die Sonne scheint hell ."]
+    (tmp_path / "prep" / "raw" / "test.de").write_text("\n".join(references) + "\n")
+    res["prepare"] = {"dir": str(tmp_path / "prep")}
+    outputs = {}
+    for i, t in enumerate(["tiny", "small", "medium", "base"]):
+        outputs[t] = [ref if j <= i else "ein Mann ." for j, ref in enumerate(references)]
+        (tmp_path / f"{t}.hyp").write_text("\n".join(outputs[t]) + "\n")
+        res[f"student.nat.{t}.beam"]["test_hypotheses"] = str(tmp_path / f"{t}.hyp")
+    expected = paired_bootstrap(outputs["small"], {t: outputs[t] for t in ("tiny", "medium", "base")}, references)
+    text = "\n".join(ladder_section(cfg, res, tmp_path, {}))
+    assert (f"| nat | 17.00 (p {p_value_cell(expected['tiny'])}) | **19.50** | 19.00 (p "
+            f"{p_value_cell(expected['medium'])}) | 16.50 (p {p_value_cell(expected['base'])}) | 15.00 | small |") in text
+    assert "| glat | 16.00 | 18.00 | **18.60** | 18.40 | 15.00 | medium |" in text  # no outputs: no p
     # a peak on the same set for a stronger family does not make the complexity rise
     res = _ladder_records({"nat": [17.0, 19.5, 19.0, 16.5], "glat": [16.0, 18.0, 17.6, 17.4],
                            "dat": [26.0, 27.0, 26.5, 26.0]})

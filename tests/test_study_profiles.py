@@ -155,8 +155,17 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
         assert measured[0] == 2 and teacher["best_updates"] in measured and measured[-1] <= 4
     bleu = [steps[f"student.nat.{t.name}.beam"]["result"]["test_bleu"] for t in cfg.teachers]
     peak = cfg.teachers[max(range(2), key=lambda i: (bleu[i], -i))].name
-    assert f"| nat | {' | '.join(('**%.2f**' if t.name == peak else '%.2f') % b for t, b in zip(cfg.teachers, bleu))}" \
-           f" | {steps['student.nat.real']['result']['test_bleu']:.2f} | {peak} |" in section
+    from nat_kd.study.central_table import paired_bootstrap, p_value_cell
+
+    def hypotheses(name):
+        return Path(steps[f"student.nat.{name}.beam"]["result"]["test_hypotheses"]).read_text().splitlines()
+
+    references = (out / "work" / "prepare" / "data" / "raw" / "test.de").read_text().splitlines()
+    p = paired_bootstrap(hypotheses(peak), {t.name: hypotheses(t.name) for t in cfg.teachers if t.name != peak},
+                         references)
+    cells = [f"**{b:.2f}**" if t.name == peak else f"{b:.2f} (p {p_value_cell(p[t.name])})"
+             for t, b in zip(cfg.teachers, bleu)]
+    assert f"| nat | {' | '.join(cells)} | {steps['student.nat.real']['result']['test_bleu']:.2f} | {peak} |" in section
     assert ("| C(d) paper | " + " | ".join(f"{rows[f'{t.name}.beam']['complexity']:.3f}" for t in cfg.teachers)
             in section)
     assert "**Does every curve rise, then fall?**\n\n- nat: " in section  # its wording: test_study.py

@@ -86,6 +86,18 @@ def paired_bootstrap(baseline: list[str], systems: dict[str, list[str]], referen
     return {name: result.p_value for name, result in zip(scores["System"][1:], scores["BLEU"][1:])}
 
 
+def p_values_against(cfg: StudyConfig, res: dict, students: dict[str, dict], best: str) -> dict[str, float]:
+    """sacrebleu's paired bootstrap of each set's student (``students``: set -> its record) against the one on
+    set ``best``: set -> p, where the test outputs are on this machine ({} with fewer than two)."""
+    outputs = {label: r["test_hypotheses"] for label, r in students.items()
+               if r.get("test_hypotheses") and Path(r["test_hypotheses"]).is_file()}
+    if best not in outputs or len(outputs) < 2:
+        return {}
+    references = read_lines(PreparedCorpus(res["prepare"]["dir"]).raw("test", cfg.tgt))
+    return paired_bootstrap(read_lines(outputs[best]),
+                            {label: read_lines(path) for label, path in outputs.items() if label != best}, references)
+
+
 # the real data and two distilled sets: with one, "Does distillation help each student?" already says it all
 MIN_SETS_FOR_TABLE = 3
 MIN_SETS_FOR_CORRELATION = 4  # with 3 sets, even a perfect rank order has an exact p of 1/3

@@ -12,12 +12,10 @@ import statistics
 from pathlib import Path
 
 from nat_kd.analysis.plotting import legend_outside, plt, save_figure, set_style
-from nat_kd.artifacts import PreparedCorpus
-from nat_kd.corpus import read_lines
 from nat_kd.markdown import cell, table
 
 from .central_table import (BOOTSTRAP_SAMPLES, MIN_SETS_FOR_CORRELATION, MIN_SETS_FOR_TABLE, measure, data_measures,
-                            p_value_cell, paired_bootstrap, pooled_sd, seed_spread, spearman)
+                            p_value_cell, p_values_against, pooled_sd, seed_spread, spearman)
 from .config import StudyConfig
 from nat_kd.engine.steps import student_step
 
@@ -32,17 +30,6 @@ def _grid(cfg: StudyConfig, res: dict) -> tuple[dict, dict]:
     grid = {family: {label: r for label in sets if (r := res.get(student_step(family, label), {})).get("test_bleu")
                      is not None} for family in cfg.student_families}
     return {label: analysis[label] for label in sets}, grid
-
-
-def _p_values(cfg: StudyConfig, res: dict, students: dict[str, dict], best: str) -> dict[str, float]:
-    """Each set's student against the family's best set's, where the test outputs are on this machine."""
-    outputs = {label: r["test_hypotheses"] for label, r in students.items()
-               if r.get("test_hypotheses") and Path(r["test_hypotheses"]).is_file()}
-    if best not in outputs or len(outputs) < 2:
-        return {}
-    references = read_lines(PreparedCorpus(res["prepare"]["dir"]).raw("test", cfg.tgt))
-    return paired_bootstrap(read_lines(outputs[best]),
-                            {label: read_lines(path) for label, path in outputs.items() if label != best}, references)
 
 
 def _seed_spread_section(spreads: dict) -> list[str]:
@@ -72,7 +59,7 @@ def family_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
             continue
         best = max(students, key=lambda label: students[label]["test_bleu"])
         best_sets[family] = best
-        p_values = _p_values(cfg, res, students, best)
+        p_values = p_values_against(cfg, res, students, best)
         row = [family]
         for label in sets:
             r = students.get(label)

@@ -17,7 +17,7 @@ from pathlib import Path
 from nat_kd.analysis.plotting import legend_outside, plt, save_figure
 from nat_kd.markdown import cell, table
 
-from .central_table import pooled_sd, seed_spread, spearman
+from .central_table import BOOTSTRAP_SAMPLES, p_value_cell, p_values_against, pooled_sd, seed_spread, spearman
 from .config import StudyConfig
 from nat_kd.engine.steps import student_step
 
@@ -90,7 +90,11 @@ def ladder_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
         sd = pooled_sd(spread)
         peak, words = _shape_of_curve(bleu, 2 * sd * 2 ** 0.5 if sd else None)
         peaks[family] = (peak, words, sd)
-        cells = [("**" + cell(b, ".2f") + "**") if i == peak else cell(b, ".2f") for i, b in enumerate(bleu)]
+        students = {r["set"]: res[student_step(family, r["set"])] for r, b in zip(ladder, bleu) if b is not None}
+        p = p_values_against(cfg, res, students, ladder[peak]["set"])
+        cells = [("**" + cell(b, ".2f") + "**") if i == peak else cell(b, ".2f")
+                 + (f" (p {p_value_cell(p[ladder[i]['set']])})" if ladder[i]["set"] in p else "")
+                 for i, b in enumerate(bleu)]
         real = res.get(student_step(family, "real"), {}).get("test_bleu")
         rows.append([family, *cells, cell(real, ".2f"), ladder[peak]["teacher"]])
     teacher_row = ["teacher's own test BLEU", *[cell(r["test_bleu"], ".2f") for r in ladder], "", ""]
@@ -98,8 +102,9 @@ def ladder_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
     parts = ["## The central figure: students on the beam sets of teachers of rising size\n",
              f"![students against the teacher's size]({paths['ladder_figure'].name})\n",
              table(header, [teacher_row, *measure_rows, *rows]),
-             "Seed-1 students' test BLEU on each teacher's beam set (bold: the family's peak); the teachers from "
-             "the smallest up, the families in the config's order (weakest first).\n",
+             "Seed-1 students' test BLEU on each teacher's beam set (bold: the family's peak; p: sacrebleu's "
+             f"paired bootstrap, {BOOTSTRAP_SAMPLES} resamples, of that cell's test output against the peak's); "
+             "the teachers from the smallest up, the families in the config's order (weakest first).\n",
              "**Does every curve rise, then fall?**\n",
              "".join(f"- {family}: {words}" + ("" if sd is None else f" (pooled seed sd {sd:.2f})") + ".\n"
                      for family, (_, words, sd) in peaks.items()),
