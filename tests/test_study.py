@@ -555,6 +555,24 @@ def test_only_selects_the_named_steps_and_what_they_need_in_plan_order():
         needed(plan, ["speeds"])
 
 
+def test_current_records_leave_out_a_record_of_other_inputs_which_records_keeps(tmp_path):
+    """--only renders the results from the current records: a step whose settings changed since its record (the
+    DA-Transformer's recipe, say) is not shown as done; --results-only shows the records there are."""
+    def run(ctx):
+        (ctx.work / "out.txt").write_text(ctx.step.name)
+        return {"outputs": [str(ctx.work / "out.txt")]}
+
+    def plan(b_setting):
+        return [Step("a", "k", {"x": 1}, run), Step("b", "k", {"y": b_setting}, run, ["a"]),
+                Step("c", "k", {}, run, ["a"])]
+
+    Runner(tmp_path).run(plan(1))
+    runner = Runner(tmp_path)
+    assert sorted(runner.current_records(plan(2))) == ["a", "c"]
+    assert sorted(runner.records(plan(2))) == ["a", "b", "c"]
+    assert runner.states(plan(2)) == {"a": "done", "b": "to run", "c": "done"}
+
+
 def test_a_study_reuses_the_finished_steps_of_another_with_the_same_fingerprint(tmp_path):
     calls = []
 

@@ -479,9 +479,9 @@ class Runner:
         """The finished steps' records as they are, whether or not their inputs changed since."""
         return {s.name: r for s in steps if (r := self._record(s.name)) is not None}
 
-    def states(self, steps: list[Step]) -> dict[str, str]:
-        """Each step's state, in plan order: "done" (up to date), "begun" (its work folder holds a run with the
-        same inputs, which the next run resumes) or "to run"; runs nothing."""
+    def _walk(self, steps: list[Step]) -> tuple[dict[str, dict], dict[str, str]]:
+        """In plan order: the records of the steps whose inputs are as they were, and every other step's state
+        ("begun": its work folder holds a run with the same inputs, which the next run resumes; or "to run")."""
         records, states = {}, {}
         self._needed = {d for s in steps for d in s.deps}
         for step in steps:
@@ -489,10 +489,20 @@ class Runner:
             fingerprint, record = self.current(step, records) if ready else (None, None)
             if record is not None:
                 records[step.name] = record
-                states[step.name] = "done"
             else:
                 begun = ready and begun_with(self.work_dir / step.name, fingerprint, step_recipe(step, records))
                 states[step.name] = "begun" if begun else "to run"
+        return records, states
+
+    def current_records(self, steps: list[Step]) -> dict[str, dict]:
+        """The records of the steps whose inputs are as they were (a record of other inputs is left out)."""
+        return self._walk(steps)[0]
+
+    def states(self, steps: list[Step]) -> dict[str, str]:
+        """Each step's state, in plan order: "done" (up to date), "begun" (its work folder holds a run with the
+        same inputs, which the next run resumes) or "to run"; runs nothing."""
+        records, others = self._walk(steps)
+        states = {s.name: others.get(s.name, "done") for s in steps}
         reopened = True
         while reopened:  # a step restored without the outputs that a step to run reads runs again (run)
             reopened = False

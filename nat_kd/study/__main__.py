@@ -129,8 +129,8 @@ def _study(args, argv) -> int:
             for line in plan_estimates(runner, planned):
                 print(line)
         records = run_stoppable(runner, planned, launcher)
-        if args.only:  # the results show every step done, not only those run now
-            records = runner.records(steps)
+        if args.only:  # the results show every step done, not only those run now (and no record of old inputs)
+            records = runner.current_records(steps)
     # the command that runs the study, also when --results-only re-renders it: results.md describes the study
     command = "python -m nat_kd.study " + " ".join(
         shlex.quote(a) for a in (argv or sys.argv[1:]) if a != "--results-only")
