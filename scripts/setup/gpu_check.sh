@@ -146,8 +146,8 @@ run_teachers() {  # every study of TEACHER_PLANS at once, its steps --jobs at a 
   local plan profile store steps name ready=() jobs=0 pids=() names=() started="$scratch/started"
   touch "$started"
   # 1. each study's corpus first: its digest must be the one committed beside the same fingerprint in any store, or
-  #    the teachers' records, whose fingerprints chain through it, would not restore a study on the CPU (the corpus
-  #    read from another folder, another sentencepiece's pieces); such a study is left out
+  #    the teachers' records, whose fingerprints chain through it, would not restore a study on the CPU (another
+  #    sentencepiece's pieces; where the corpus is read from is not in the manifest); such a study is left out
   mkdir -p "$scratch/committed"
   local pinned have
   pinned="$(sed -n 's/^sentencepiece==//p' scripts/constraints.txt)"
@@ -181,7 +181,7 @@ EOF
     then
       if [[ -f "$scratch/committed/$name.json" ]]; then cp "$scratch/committed/$name.json" "$stores/$store/steps/prepare.json"
       else rm -f "$stores/$store/steps/prepare.json"; fi
-      note "teachers: $profile left out: its corpus's digest here ($(record "$name" prepare dir)/manifest.json) is not the committed one: read from another folder than $raw_dir, or another sentencepiece"
+      note "teachers: $profile left out: its corpus's digest here ($(record "$name" prepare dir)/manifest.json) is not the committed one: other files in $raw_dir, or another sentencepiece"
       continue
     fi
     ready+=("$plan")
