@@ -12,7 +12,7 @@ def test_prepared_corpus_names_what_prepare_writes(tiny_en_de):
     assert prepared.language_pair() == ("en", "de")
     assert prepared.manifest()["sentences"]["train"] == 203
     assert prepared.spm_model.is_file() and prepared.spm_model.with_suffix(".vocab").is_file()
-    named = {prepared.manifest_file, prepared.spm_model, prepared.spm_model.with_suffix(".vocab"),
+    named = {prepared.manifest_file, prepared.source_file, prepared.spm_model, prepared.spm_model.with_suffix(".vocab"),
              prepared.bin.dictionary("en"), prepared.bin.dictionary("de"), prepared.bin.root / "preprocess.log"}
     for split in ("train", "valid", "test"):
         for lang in ("en", "de"):
