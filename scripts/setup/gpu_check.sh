@@ -60,14 +60,14 @@ export PYTHONUNBUFFERED=1
 
 # The teachers the open studies still need, the most needed first: PROFILE STORE STEP..., the steps their beam sets
 # (each trains its teacher first; what the store holds with the same inputs is restored, not trained): the ladder's
-# base rung (two cores cannot train it in three hours), its medium rung, kd-methods' three teachers.
-TEACHER_PLANS=("ladder docs/results/ladder distil.base.beam distil.medium.beam"
+# base rung (two cores cannot train it in three hours), its medium rung, kd-methods' three teachers. Beside them the
+# ladder's DA-Transformer students, five hours each on one core (its upsampled graph over the vocabulary): the one
+# on the real data at once, those on the two sets once their sets are made.
+TEACHER_PLANS=("ladder docs/results/ladder distil.base.beam distil.medium.beam student.dat.real student.dat.medium.beam student.dat.base.beam"
                "kd-methods docs/results/kd_methods distil.converged.beam distil.converged-s2.beam distil.converged-s3.beam")
 GENERATE_TEACHER="kd_methods teacher.converged"  # with no main job here: a 3x256 teacher, the main job's shape
 device=cuda
-# The committed records' corpus was read from here: the prepared corpus's manifest names that folder, so its digest,
-# and every fingerprint downstream of it, holds only where the corpus is read from the same path.
-raw_dir=/work/shared/data/multi30k
+raw_dir="$data"  # where it lies does not change the prepared corpus's digest (its manifest names no path)
 stores="$root"  # the stores' paths are relative to it, and so are they in stores.tar
 studies=runs/gpu_check  # the teachers phase's study folders
 train_sizes=(--shapes 6x512:16384 --precisions fp16 fp32 --warmup 30 --updates 100)
@@ -77,7 +77,7 @@ if [[ -n "${GPU_CHECK_DRY_RUN:-}" ]]; then  # the same phases on the CPU, micro-
   TEACHER_PLANS=("ladder-micro ladder distil.tiny.beam distil.small.beam"
                  "kd-effect-micro kd_effect distil.converged.beam distil.weak.beam")
   GENERATE_TEACHER="kd_effect teacher.converged"
-  device=cpu raw_dir="$data" stores="$out/stores" studies="$out/studies"
+  device=cpu stores="$out/stores" studies="$out/studies"
   train_sizes=(--cpu --shapes 1x16:512 --precisions fp32 --warmup 1 --updates 2)
   generate_sizes=(--limit 40 --max-tokens 2048 --max-len-b 10)
   variants="big=--max-tokens 4096"
@@ -86,9 +86,6 @@ else
   export NAT_KD_TORCH=system PIP_NO_INDEX=1 PIP_FIND_LINKS="$wheels"
   built="$(ls "$wheels"/fairseq_fixed-*.whl 2>/dev/null | head -n 1)"
   [[ -n "$built" ]] && export NAT_KD_FAIRSEQ_WHEEL="$built"
-  if [[ "$data" != "$raw_dir" ]]; then
-    mkdir -p "$raw_dir" && cp -r "$data"/. "$raw_dir"/ || { echo "gpu_check.sh: cannot copy $data to $raw_dir" >&2; exit 2; }
-  fi
 fi
 export NAT_KD_DATA="$raw_dir"
 
