@@ -1629,3 +1629,33 @@ def test_the_capacity_figure_of_a_study_under_way_draws_the_teachers_trained_so_
     assert (tmp_path / "two.png").stat().st_size > 10_000
     del res["teacher.small"]
     assert capacity_figure(cfg, res, tmp_path / "one.png") is False and not (tmp_path / "one.png").exists()
+
+
+def test_the_sets_page_reads_each_card_from_its_archive_and_leaves_out_a_set_whose_archive_is_not_there(tmp_path):
+    import io
+    import lzma
+    import tarfile
+
+    from nat_kd.engine.store import Store
+    from nat_kd.study.released_sets import kept_sets
+
+    store = Store(tmp_path / "store", tmp_path / "study")
+    (store.root / "steps").mkdir(parents=True)
+    for name, params in (("distil.big.beam", 2000), ("distil.small.beam", 1000), ("distil.gone.beam", 10)):
+        (store.root / "steps" / f"{name}.json").write_text(json.dumps({
+            "name": name, "kind": "distil", "settings": {"teacher": f"teacher.{name.split('.')[1]}"},
+            "result": {"name": name.removeprefix("distil.")}, "kept": {"archive": f"kept/{name}.tar.xz"}}))
+        (store.root / "steps" / f"teacher.{name.split('.')[1]}.json").write_text(json.dumps({
+            "name": f"teacher.{name.split('.')[1]}", "kind": "train", "result": {"parameters": params}}))
+    (store.root / "kept").mkdir()
+    for name in ("distil.big.beam", "distil.small.beam"):  # distil.gone.beam's archive was never committed
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            card = json.dumps({"teacher": {"sha256": [f"sha-of-{name}"]}}).encode()
+            info = tarfile.TarInfo("data/card.json")
+            info.size = len(card)
+            tar.addfile(info, io.BytesIO(card))
+        store.archive_file(name).write_bytes(lzma.compress(buffer.getvalue()))
+    sets = kept_sets(store)
+    assert [s["step"] for s in sets] == ["distil.small.beam", "distil.big.beam"]  # by the teachers' size
+    assert [s["card"]["teacher"]["sha256"] for s in sets] == [["sha-of-distil.small.beam"], ["sha-of-distil.big.beam"]]

@@ -39,13 +39,14 @@ def _card(store: Store, record: dict) -> dict:
 
 
 def kept_sets(store: Store) -> list[dict]:
-    """The store's distilled sets that have an archive, in the order of their teachers' size (parameters)."""
+    """The store's distilled sets that have an archive, in the order of their teachers' size (parameters); one
+    whose archive is not there (not committed yet, or deleted) is left out."""
     records = store.records()
     rows = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
     sets = []
     for name, record in records.items():
         kept = record.get("kept") or {}
-        if record["kind"] != "distil" or not kept.get("archive"):
+        if record["kind"] != "distil" or not kept.get("archive") or not store.archive_file(name).is_file():
             continue
         teacher = records.get(record["settings"]["teacher"], {})
         sets.append({"step": name, "record": record, "teacher": teacher, "card": _card(store, record),
