@@ -1410,6 +1410,25 @@ def test_the_ladder_section_reads_the_papers_two_claims_from_the_curves(tmp_path
     text = "\n".join(ladder_section(cfg, res, tmp_path, {}))
     assert "- C(d) paper of each family's peak set, weakest first: nat small (0.690), glat small (0.690), dat small " \
            "(0.690): does not rise with the student's strength." in text
+    assert "Not yet on the ladder" not in text
+    # three rungs: the base teacher untrained, and the medium one's set made but no student on it yet
+    for key in ["teacher.base", *[f"student.{f}.base.beam" for f in ("nat", "glat", "dat")]]:
+        del res[key]
+    res["distil.medium.beam"] = {"bleu": 40.0}
+    for family in ("nat", "glat"):
+        del res[f"student.{family}.medium.beam"]
+    paths = {}
+    text = "\n".join(ladder_section(cfg, res, tmp_path, paths))
+    assert paths["ladder_figure"].stat().st_size > 10_000
+    assert "| dat | 26.00 | **27.00** | 26.50 | - | 15.00 | small |" in text
+    assert ("**Not yet on the ladder** (the verdicts above are read without them):\n\n"
+            "- base (6x512): its teacher has not been trained.\n") in text
+    assert "medium (3x256)" not in text.split("Not yet on the ladder")[1]  # dat learned from it
+    del res["student.dat.medium.beam"]
+    text = "\n".join(ladder_section(cfg, res, tmp_path, {}))
+    assert "- medium (3x256): no student has trained on its beam set.\n" in text
+    del res["distil.medium.beam"]
+    assert "- medium (3x256): its beam set has not been made.\n" in "\n".join(ladder_section(cfg, res, tmp_path, {}))
     # teachers of one shape are not a ladder
     same = replace(cfg, teachers=tuple(replace(t, shape=cfg.teachers[0].shape) for t in cfg.teachers))
     assert ladder_section(same, res, tmp_path, {}) == []

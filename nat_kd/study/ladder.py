@@ -120,7 +120,21 @@ def ladder_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
                if len(values) >= 3 and len(set(values)) > 1 else "")
         verdicts.append(f"- {label} of each family's peak set, weakest first: {shown}: "
                         f"{'rises' if rising else 'does not rise'} with the student's strength{rho}.\n")
-    return [*parts, "".join(verdicts)]
+    return [*parts, "".join(verdicts), *_missing_rungs(res, ladder, curves)]
+
+
+def _missing_rungs(res: dict, ladder: list[dict], curves: dict) -> list[str]:
+    """A line naming each rung no family has a student on yet, and the first step it waits for, so that a
+    figure drawn before the ladder is whole says which teacher it lacks."""
+    lines = []
+    for i, r in enumerate(ladder):
+        if any(bleu[i] is not None for bleu in curves.values()):
+            continue
+        waits = ("its teacher has not been trained" if f"teacher.{r['teacher']}" not in res
+                 else "its beam set has not been made" if f"distil.{r['set']}" not in res
+                 else "no student has trained on its beam set")
+        lines.append(f"- {r['teacher']} ({r['shape']}): {waits}.\n")
+    return ["**Not yet on the ladder** (the verdicts above are read without them):\n", "".join(lines)] if lines else []
 
 
 def ladder_figure(cfg: StudyConfig, res: dict, ladder: list[dict], curves: dict, path: Path) -> None:
