@@ -1422,7 +1422,7 @@ def test_the_ladder_section_reads_the_papers_two_claims_from_the_curves(tmp_path
     assert paths["ladder_figure"].stat().st_size > 10_000
     assert "| dat | 26.00 | **27.00** | 26.50 | - | 15.00 | small |" in text
     assert ("**Not yet on the ladder** (the verdicts above are read without them):\n\n"
-            "- base (6x512): its teacher has not been trained.\n") in text
+            "- base (6x512): its teacher has not finished training.\n") in text
     assert "medium (3x256)" not in text.split("Not yet on the ladder")[1]  # dat learned from it
     del res["student.dat.medium.beam"]
     text = "\n".join(ladder_section(cfg, res, tmp_path, {}))

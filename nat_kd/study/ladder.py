@@ -130,7 +130,7 @@ def _missing_rungs(res: dict, ladder: list[dict], curves: dict) -> list[str]:
     for i, r in enumerate(ladder):
         if any(bleu[i] is not None for bleu in curves.values()):
             continue
-        waits = ("its teacher has not been trained" if f"teacher.{r['teacher']}" not in res
+        waits = ("its teacher has not finished training" if f"teacher.{r['teacher']}" not in res
                  else "its beam set has not been made" if f"distil.{r['set']}" not in res
                  else "no student has trained on its beam set")
         lines.append(f"- {r['teacher']} ({r['shape']}): {waits}.\n")
