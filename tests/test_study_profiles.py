@@ -147,7 +147,14 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
                                                          extra=("--store", str(store)))
     assert (results / "students_vs_teacher_size.png").stat().st_size > 10_000
     section = text.split("## The central figure", 1)[1]
-    rows = rows_of_analysis = {r["name"]: r for r in steps["analysis"]["result"]["rows"]}
+    from nat_kd.study.plan import analysis_result
+
+    # each set measured by a step of its own against the same real data
+    analyses = sorted(name for name in steps if name.startswith("analysis"))
+    assert analyses == sorted(f"analysis.distil.{t.name}.beam" for t in cfg.teachers)
+    assert len({json.dumps(steps[a]["result"]["rows"][0], sort_keys=True) for a in analyses}) == 1
+    rows = rows_of_analysis = {r["name"]: r for r in analysis_result({n: s["result"] for n, s in steps.items()})["rows"]}
+    assert sorted(rows) == sorted(["real", *(f"{t.name}.beam" for t in cfg.teachers)])
     for t in cfg.teachers:
         teacher = steps[f"teacher.{t.name}"]["result"]
         # the one stopping rule: a measurement every 2 updates, stopped one measurement after the last best
@@ -178,15 +185,15 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
             for name in steps if name.startswith("distil.")}
     shutil.rmtree(out)
     assert main(["ladder-micro", "--out", str(out), "--data-dir", corpus, "--store", str(store)]) == 0
-    assert f"ran 2 step(s), {len(steps) - 2} already done" in capsys.readouterr().out
+    assert f"ran 3 step(s), {len(steps) - 3} already done" in capsys.readouterr().out
     restored = {name for name in steps if "restored" in json.loads((out / "steps" / f"{name}.json").read_text())}
-    assert restored == set(steps) - {"prepare", "analysis"}
-    def without_rerun_times(markdown):  # the two steps that ran again took their own wall times, and the total
+    assert restored == set(steps) - {"prepare", *analyses}
+    def without_rerun_times(markdown):  # the steps that ran again took their own wall times, and the total
         return [line for line in markdown.splitlines()
-                if not re.match(r"\| (prepare|analysis) \| [\d.,]+ \||Total step time: ", line)]
+                if not re.match(r"\| (prepare|analysis\.[\w.]+) \| [\d.,]+ \||Total step time: ", line)]
 
     assert without_rerun_times((results / "results.md").read_text()) == without_rerun_times(text)
-    assert len(without_rerun_times(text)) == len(text.splitlines()) - 3
+    assert len(without_rerun_times(text)) == len(text.splitlines()) - 4
     for name, files in sets.items():  # every file of each set, bin/ included, byte for byte
         assert sorted((p.relative_to(out / "work" / name), p.read_bytes())
                       for p in (out / "work" / name).rglob("*") if p.is_file() and not p.name.startswith(".")) == files
@@ -212,3 +219,16 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
     proc = subprocess.run([sys.executable, "-m", "fairseq_cli.train", *student[1:], "--cpu"], cwd=ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.returncode == 0 and (tmp_path / "save" / "checkpoint_last.pt").is_file(), proc.stdout[-2000:]
+
+    # a set is measured without the other rungs: tiny's analysis needs neither the small teacher nor its set
+    solo = tmp_path / "solo"
+    capsys.readouterr()
+    assert main(["ladder-micro", "--out", str(solo), "--data-dir", corpus, "--store", str(store),
+                 "--only", "analysis.distil.tiny.beam"]) == 0
+    assert "ran 2 step(s), 2 already done" in capsys.readouterr().out  # prepare and the analysis; tiny's restored
+
+    def measures(step_folder):  # the rows less the paths of the files they were read from
+        rows = json.loads((step_folder / "analysis.distil.tiny.beam.json").read_text())["result"]["rows"]
+        return [{k: v for k, v in row.items() if k not in ("src", "tgt")} for row in rows]
+
+    assert measures(solo / "steps") == measures(out / "steps")

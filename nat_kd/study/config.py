@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported where needed: importing the plugin registers its m
 PROFILES = Path(__file__).parent / "profiles"
 # [analysis]: the detailed measures of nat_kd.analysis.report.DetailedAnalysisReport (off unless detailed = true)
 ANALYSIS_DEFAULTS = {"detailed": False,
+                     "per_set": False,  # each distilled set's analysis its own step (plan.analysis_result)
                      "buckets": [1, 2, 5, 20, 100],  # lower edges of the source-frequency buckets of C(d)
                      "floors": [1e-9, 1e-6, 1e-3],  # F(d) at each smoothing floor
                      "interpolation": 0.1,  # lambda of the interpolated F(d)
@@ -121,7 +122,7 @@ class StudyConfig:
     student_shape: ModelSize
     student_training: Training
     evaluation: dict  # beam, max_tokens
-    analysis: dict  # detailed (bool) and the detailed measures' settings (see ANALYSIS_DEFAULTS)
+    analysis: dict  # detailed and per_set (bools) and the detailed measures' settings (see ANALYSIS_DEFAULTS)
     born_again_rounds: int
     born_again_student: str
     born_again_shape: ModelSize

@@ -17,6 +17,22 @@ from nat_kd.engine.steps import (TEACHER_ARCH, analysis_step, distil_step, famil
 from .config import ConfigError, StudyConfig
 
 
+ANALYSIS = "analysis"  # the analysis step; with [analysis] per_set, the prefix of one step a set
+
+
+def analysis_result(results: dict) -> dict | None:
+    """The study's analysis as one step's result, from the ``analysis`` step or from the per-set steps
+    (``analysis.SET``) that have run: the real data's row once, then each set's, in the order of ``results``;
+    None where no analysis has run."""
+    if ANALYSIS in results:
+        return results[ANALYSIS]
+    parts = [r for name, r in results.items() if name.startswith(f"{ANALYSIS}.")]
+    if not parts:
+        return None
+    rows = {row["name"]: row for part in parts for row in part["rows"]}
+    return {**parts[0], "rows": list(rows.values()), "outputs": [o for part in parts for o in part["outputs"]]}
+
+
 def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None) -> list[Step]:
     """The study's steps in plan order (a resumed run takes up the steps it had begun in this order): the
     corpus, the teachers with their distilled sets, the mixes, the analysis, the students, Born-Again rounds,
@@ -129,11 +145,17 @@ class _Planner:
             several = {} if r.union else {"criterion": r.criterion()}
             self.add(f"references.{r.name}", "mix", references_step, ["prepare", *sets], prepare="prepare", sets=sets,
                      union=r.union, name=r.name, tgt=cfg.tgt, **several)
-        # the detailed measures are settings only when asked for, so the other profiles' analysis stays as it was
-        details = {"details": cfg.analysis} if cfg.analysis["detailed"] else {}
-        self.add("analysis", "analysis", analysis_step, ["prepare", *self.set_steps],
-                 where={"out": str(self.results_dir / "analysis")}, prepare="prepare", sets=self.set_steps,
-                 src=cfg.src, tgt=cfg.tgt, **details)
+        # the detailed measures are settings only when asked for, so the other profiles' analysis stays as it was;
+        # per_set only splits the steps, so it is no setting of theirs
+        measures = {k: v for k, v in cfg.analysis.items() if k != "per_set"}
+        details = {"details": measures} if cfg.analysis["detailed"] else {}
+        # per set, a set is measured as soon as it is made, not once every teacher (a GPU's base rung) has one
+        groups = [[s] for s in self.set_steps] if cfg.analysis["per_set"] else [self.set_steps]
+        for sets in groups:
+            name = f"{ANALYSIS}.{sets[0]}" if cfg.analysis["per_set"] else ANALYSIS
+            self.add(name, "analysis", analysis_step, ["prepare", *sets],
+                     where={"out": str(self.results_dir / name)}, prepare="prepare", sets=sets, src=cfg.src,
+                     tgt=cfg.tgt, **details)
 
     def students(self):
         """The NAT students on the real data and on every training set; more seeds on some sets."""

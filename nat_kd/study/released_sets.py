@@ -23,6 +23,7 @@ from nat_kd.engine.store import Store
 from nat_kd.markdown import cell, table
 
 from .config import StudyConfig
+from .plan import analysis_result
 
 PAGE = "distilled_sets.md"
 
@@ -42,7 +43,8 @@ def kept_sets(store: Store) -> list[dict]:
     """The store's distilled sets that have an archive, in the order of their teachers' size (parameters); one
     whose archive is not there (not committed yet, or deleted) is left out."""
     records = store.records()
-    rows = {row["name"]: row for row in records.get("analysis", {}).get("result", {}).get("rows", [])}
+    analysis = analysis_result({name: record["result"] for name, record in records.items()}) or {}
+    rows = {row["name"]: row for row in analysis.get("rows", [])}
     sets = []
     for name, record in records.items():
         kept = record.get("kept") or {}

@@ -25,6 +25,7 @@ from nat_kd.engine.steps import student_step
 from .central_table import central_section
 from .family_table import family_section
 from .ladder import ladder_section
+from .plan import ANALYSIS, analysis_result
 from .gains import gains_section
 from .kd_methods import kd_methods_section
 
@@ -423,6 +424,9 @@ def write_results(cfg: StudyConfig, records: dict, out: Path, command: str,
     got ('' if none); named under the header, their cells are '-'."""
     out.mkdir(parents=True, exist_ok=True)
     res = {name: rec["result"] for name, rec in records.items()}
+    analysis = analysis_result(res)
+    if analysis:
+        res[ANALYSIS] = analysis
     paths = _figures(cfg, res, out)
     details = detailed_tables(cfg, res)
     if details:
