@@ -150,9 +150,9 @@ class _Planner:
         measures = {k: v for k, v in cfg.analysis.items() if k != "per_set"}
         details = {"details": measures} if cfg.analysis["detailed"] else {}
         # per set, a set is measured as soon as it is made, not once every teacher (a GPU's base rung) has one
-        groups = [[s] for s in self.set_steps] if cfg.analysis["per_set"] else [self.set_steps]
-        for sets in groups:
-            name = f"{ANALYSIS}.{sets[0]}" if cfg.analysis["per_set"] else ANALYSIS
+        groups = ({f"{ANALYSIS}.{s}": [s] for s in self.set_steps} if cfg.analysis["per_set"]
+                  else {ANALYSIS: self.set_steps})
+        for name, sets in groups.items():
             self.add(name, "analysis", analysis_step, ["prepare", *sets],
                      where={"out": str(self.results_dir / name)}, prepare="prepare", sets=sets, src=cfg.src,
                      tgt=cfg.tgt, **details)
