@@ -184,6 +184,29 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
                          for p in (out / "work" / name).rglob("*") if p.is_file() and not p.name.startswith("."))
             for name in steps if name.startswith("distil.")}
     shutil.rmtree(out)
+    # what a run would do, said before it: the kept steps restored, the corpus and the analysis made again
+    def listed(store_folder):
+        capsys.readouterr()
+        assert main(["ladder-micro", "--out", str(out), "--data-dir", corpus, "--store", str(store_folder),
+                     "--list"]) == 0
+        return {line.rsplit(maxsplit=1)[1]: line.rsplit(maxsplit=1)[0].strip()
+                for line in capsys.readouterr().out.splitlines() if line[:1].isalpha()}
+
+    kept = set(steps) - {"prepare", *analyses}
+    assert listed(store) == {name: "stored" if name in kept else "to run" for name in steps}
+    assert not out.exists()
+    partial = tmp_path / "partial"  # a store without tiny's set: its teacher trains again to make it
+    shutil.copytree(store, partial)
+    (partial / "steps" / "distil.tiny.beam.json").unlink()
+    states = listed(partial)
+    assert (states["teacher.tiny"], states["distil.tiny.beam"], states["teacher.small"]) == ("to run", "to run", "stored")
+    assert states["student.nat.tiny.beam"] == "to run" and states["student.nat.small.beam"] == "stored"
+    capsys.readouterr()  # --hours plans on the same states: no estimate for a kept step, and none is run
+    assert main(["ladder-micro", "--out", str(tmp_path / "planned"), "--data-dir", corpus, "--store", str(partial),
+                 "--hours", "5", "--only", "student.nat.small.beam"]) == 0
+    printed = capsys.readouterr().out
+    assert "stored  teacher.small  restored from the store\n" in printed and "ran 1 step(s), 3 already done" in printed
+    assert re.search(r"^to run  prepare  \S", printed, re.M) and "teacher.tiny" not in printed
     assert main(["ladder-micro", "--out", str(out), "--data-dir", corpus, "--store", str(store)]) == 0
     assert f"ran 3 step(s), {len(steps) - 3} already done" in capsys.readouterr().out
     restored = {name for name in steps if "restored" in json.loads((out / "steps" / f"{name}.json").read_text())}

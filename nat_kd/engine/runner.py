@@ -311,20 +311,28 @@ class Runner:
                 return found
         if step is not None and self.store is not None and (restored := self._restore(step, fingerprint, records)):
             return restored
-        if step is not None and name not in self._needed:
-            key = inputs_key(step.kind, self.canonical(step.kind, step.settings),
-                             {d: records[d]["digest"] for d in step.deps})
-            for source in self.reused_records:
-                found = source.find(key)
-                if found is not None:
-                    found = {**found, "fingerprint": fingerprint,
-                             "reused_record": {"from": str(source.path), "name": found["name"],
-                                               "fingerprint": found["fingerprint"], "inputs": key}}
-                    atomic.write_json(path, found)
-                    logger.info("reuse %s from the record of %s in %s (the same settings on inputs of the same "
-                                "digests)", name, found["reused_record"]["name"], source.path)
-                    return found
+        if step is not None and (reused := self._reused_record(step, records)) is not None:
+            source, found, key = reused
+            found = {**found, "fingerprint": fingerprint,
+                     "reused_record": {"from": str(source.path), "name": found["name"],
+                                       "fingerprint": found["fingerprint"], "inputs": key}}
+            atomic.write_json(path, found)
+            logger.info("reuse %s from the record of %s in %s (the same settings on inputs of the same digests)",
+                        name, found["reused_record"]["name"], source.path)
+            return found
         return record
+
+    def _reused_record(self, step: Step, records: dict) -> tuple | None:
+        """For a step no other step needs: a reused results.json's record whose inputs match (``records``: its
+        dependencies'), as (its results.json, the record, the inputs' key); None if none does."""
+        if step.name in self._needed:
+            return None
+        key = inputs_key(step.kind, self.canonical(step.kind, step.settings),
+                         {d: records[d]["digest"] for d in step.deps})
+        for source in self.reused_records:
+            if (found := source.find(key)) is not None:
+                return source, found, key
+        return None
 
     def _restore(self, step: Step, fingerprint: str, records: dict) -> dict | None:
         """The store's record of ``step`` if it has these inputs, its kept files unpacked and rebuilt into the
@@ -479,20 +487,30 @@ class Runner:
         """The finished steps' records as they are, whether or not their inputs changed since."""
         return {s.name: r for s in steps if (r := self._record(s.name)) is not None}
 
-    def _walk(self, steps: list[Step]) -> tuple[dict[str, dict], dict[str, str]]:
-        """In plan order: the records of the steps whose inputs are as they were, and every other step's state
-        ("begun": its work folder holds a run with the same inputs, which the next run resumes; or "to run")."""
-        records, states = {}, {}
+    def _walk(self, steps: list[Step]) -> tuple[dict[str, dict], dict[str, str], dict[str, dict]]:
+        """In plan order: the records of the steps whose inputs are as they were; every other step's state
+        ("begun": its work folder holds a run with the same inputs, which the next run resumes; "stored": the
+        store will restore it once its dependencies are made, e.g. in an empty folder; or "to run"); and the
+        store's records that the study expects to get back (the "stored" steps', and those of the steps that run
+        again in seconds with the inputs the store recorded, such as the corpus)."""
+        records, states, expected = {}, {}, {}
         self._needed = {d for s in steps for d in s.deps}
         for step in steps:
             ready = all(d in records for d in step.deps)
             fingerprint, record = self.current(step, records) if ready else (None, None)
             if record is not None:
                 records[step.name] = record
-            else:
-                begun = ready and begun_with(self.work_dir / step.name, fingerprint, step_recipe(step, records))
-                states[step.name] = "begun" if begun else "to run"
-        return records, states
+                continue
+            begun = ready and begun_with(self.work_dir / step.name, fingerprint, step_recipe(step, records))
+            stored = None if begun or self.store is None else self.store.record(step.name)
+            upstream = {d: records.get(d) or expected.get(d) for d in step.deps}
+            known = not begun and None not in upstream.values()
+            if known and stored is not None and step_fingerprint(step, upstream) == stored["fingerprint"]:
+                expected[step.name] = stored
+            reused = known and step.name not in expected and self._reused_record(step, upstream) is not None
+            states[step.name] = ("begun" if begun else "stored" if step.name in expected and step.keep is not None
+                                 else "reused" if reused else "to run")
+        return records, states, expected
 
     def current_records(self, steps: list[Step]) -> dict[str, dict]:
         """The records of the steps whose inputs are as they were (a record of other inputs is left out)."""
@@ -500,15 +518,24 @@ class Runner:
 
     def states(self, steps: list[Step]) -> dict[str, str]:
         """Each step's state, in plan order: "done" (up to date), "begun" (its work folder holds a run with the
-        same inputs, which the next run resumes) or "to run"; runs nothing."""
-        records, others = self._walk(steps)
+        same inputs, which the next run resumes), "stored" (the store will restore it), "reused" (a reused
+        results.json's record will stand in for it) or "to run"; runs nothing."""
+        records, others, expected = self._walk(steps)
         states = {s.name: others.get(s.name, "done") for s in steps}
+        by_name = {s.name: s for s in steps}
+
+        def without_outputs(name):  # restored (or to be) as a record alone: a teacher without its checkpoint
+            if states[name] == "done":
+                return records[name].get("restored", {}).get("outputs") is False
+            return states[name] == "stored" and not self.store.restores_outputs(expected[name],
+                                                                                 self.work_dir / by_name[name].name)
+
         reopened = True
         while reopened:  # a step restored without the outputs that a step to run reads runs again (run)
             reopened = False
             for step in steps:
-                for dep in step.deps if states[step.name] != "done" else ():
-                    if states[dep] == "done" and records[dep].get("restored", {}).get("outputs") is False:
+                for dep in step.deps if states[step.name] not in ("done", "stored") else ():
+                    if without_outputs(dep):
                         states[dep], reopened = "to run", True
         return states
 

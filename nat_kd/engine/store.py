@@ -117,6 +117,14 @@ class Store:
         folder = self.root / "steps"
         return {p.stem: self.record(p.stem) for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
 
+    def restores_outputs(self, stored: dict, work: Path) -> bool:
+        """Whether restoring the stored record into the step's ``work`` folder gives back every output it names
+        (a distilled set), not only its record (a teacher, whose checkpoint is never kept)."""
+        kept = stored.get("kept") or {}
+        files = {*kept.get("files", ()), *kept.get("rebuilt", {})}
+        outputs = [Path(p) for p in stored["result"].get("outputs", [])]
+        return bool(outputs) and all(p.is_relative_to(work) and str(p.relative_to(work)) in files for p in outputs)
+
     def save(self, record: dict, work: Path, kept: Kept | None) -> None:
         """Store ``record`` and, with ``kept``, its archive of the work folder's files; unchanged files are not
         rewritten. An archive over MAX_FILE_BYTES is left out, with a warning: the step then counts as done
