@@ -490,7 +490,8 @@ class Runner:
     def _walk(self, steps: list[Step]) -> tuple[dict[str, dict], dict[str, str], dict[str, dict]]:
         """In plan order: the records of the steps whose inputs are as they were; every other step's state
         ("begun": its work folder holds a run with the same inputs, which the next run resumes; "stored": the
-        store will restore it once its dependencies are made, e.g. in an empty folder; or "to run"); and the
+        store will restore it once its dependencies are made, e.g. in an empty folder; "reused": a reused
+        results.json's record will stand in for it, likewise; or "to run"); and the
         store's records that the study expects to get back (the "stored" steps', and those of the steps that run
         again in seconds with the inputs the store recorded, such as the corpus)."""
         records, states, expected = {}, {}, {}
@@ -522,13 +523,11 @@ class Runner:
         results.json's record will stand in for it) or "to run"; runs nothing."""
         records, others, expected = self._walk(steps)
         states = {s.name: others.get(s.name, "done") for s in steps}
-        by_name = {s.name: s for s in steps}
 
         def without_outputs(name):  # restored (or to be) as a record alone: a teacher without its checkpoint
             if states[name] == "done":
                 return records[name].get("restored", {}).get("outputs") is False
-            return states[name] == "stored" and not self.store.restores_outputs(expected[name],
-                                                                                 self.work_dir / by_name[name].name)
+            return states[name] == "stored" and not self.store.restores_outputs(expected[name], self.work_dir / name)
 
         reopened = True
         while reopened:  # a step restored without the outputs that a step to run reads runs again (run)
