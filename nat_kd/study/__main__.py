@@ -152,14 +152,16 @@ def _study(args, argv) -> int:
     return 0
 
 
+WITHOUT_ESTIMATE = {"stored": "restored from the store", "reused": "a reused study's record"}  # run nothing
+
+
 def plan_estimates(runner: Runner, steps) -> list[str]:
     """One line a step that is not done: its state, its name and its expected wall time (none for a step the
     store restores or a reused study's record stands in for)."""
     states, records, lines = runner.states(steps), runner.records(steps), []
     for step in steps:
-        if states[step.name] in ("stored", "reused"):
-            lines.append(f"{states[step.name]:6}  {step.name}  " + (
-                "restored from the store" if states[step.name] == "stored" else "a reused study's record"))
+        if states[step.name] in WITHOUT_ESTIMATE:
+            lines.append(f"{states[step.name]:6}  {step.name}  {WITHOUT_ESTIMATE[states[step.name]]}")
         elif states[step.name] != "done":
             expected = runner.estimate(step, {d: records[d] for d in step.deps if d in records})
             lines.append(f"{states[step.name]:6}  {step.name}  {hours(expected)}")
