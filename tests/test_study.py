@@ -640,6 +640,14 @@ def test_a_committed_results_json_stands_in_for_a_leaf_step_whose_inputs_have_it
     calls.clear()
     Runner(tmp_path / "fourth", reuse=(tmp_path / "results.json",)).run(plan("small", 3))
     assert calls == ["teacher.small", "distil.small.beam"]
+    # a step taken from a record in a run of it alone (--only) runs once a step that reads its outputs is planned
+    calls.clear()
+    alone = Runner(tmp_path / "alone", reuse=(tmp_path / "results.json",)).run(plan("small", 3)[:1])
+    assert "reused_record" in alone["teacher.small"] and calls == []
+    again = Runner(tmp_path / "alone", reuse=(tmp_path / "results.json",))
+    assert again.states(plan("small", 3))["teacher.small"] == "to run"
+    again.run(plan("small", 3))
+    assert calls == ["teacher.small", "distil.small.beam"]  # the student, a leaf, is still the record
     with pytest.raises(StepError, match="not a study's results.json"):
         (tmp_path / "notes.json").write_text("{}")
         Runner(tmp_path / "fifth", reuse=(tmp_path / "notes.json",))

@@ -299,12 +299,12 @@ class Runner:
         of a reused results.json whose inputs match (``records``: its dependencies' records here)."""
         path = self.records_dir / f"{name}.json"
         record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-        if fingerprint is None or self._up_to_date(record, fingerprint):
+        if fingerprint is None or self._up_to_date(name, record, fingerprint):
             return record
         for other in self.reuse:
             theirs = other / "steps" / f"{name}.json"
             found = json.loads(theirs.read_text(encoding="utf-8")) if theirs.is_file() else None
-            if self._up_to_date(found, fingerprint):
+            if self._up_to_date(name, found, fingerprint):
                 found["reused_from"] = str(other.resolve())
                 atomic.write_json(path, found)
                 logger.info("reuse %s from %s", name, other)
@@ -388,15 +388,16 @@ class Runner:
         """The step's fingerprint on its dependencies' ``records``, and its record if that is up to date."""
         fingerprint = step_fingerprint(step, records)
         record = self._record(step.name, fingerprint, step, records)
-        return fingerprint, record if self._up_to_date(record, fingerprint) else None
+        return fingerprint, record if self._up_to_date(step.name, record, fingerprint) else None
 
-    def _up_to_date(self, record: dict | None, fingerprint: str) -> bool:
-        """The record is of these inputs, and its outputs are there with their digest (a record taken from a
-        results.json has its outputs elsewhere, or nowhere: its inputs' digests matched instead)."""
+    def _up_to_date(self, name: str, record: dict | None, fingerprint: str) -> bool:
+        """The record of step ``name`` is of these inputs, and its outputs are there with their digest (a record
+        taken from a results.json has its outputs elsewhere, or nowhere: its inputs' digests matched instead, so it
+        stands in only while no step of the plan reads them, e.g. the corpus reused by an ``--only prepare`` run)."""
         if record is None or record.get("fingerprint") != fingerprint:
             return False
         if "reused_record" in record:
-            return True
+            return name not in self._needed
         if record.get("restored", {}).get("outputs") is False:  # a checkpoint, never kept
             return record["name"] not in self._outputs_needed
         outputs = record["result"].get("outputs", [])
