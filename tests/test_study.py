@@ -1658,6 +1658,22 @@ def test_the_capacity_figure_of_a_study_under_way_draws_the_teachers_trained_so_
     assert capacity_figure(cfg, res, tmp_path / "one.png") is False and not (tmp_path / "one.png").exists()
 
 
+def test_the_sets_page_names_a_store_in_a_git_checkout_by_its_path_there(tmp_path):
+    """A store given by an absolute path (a study run from a snapshot of the code, say) is written in the page's
+    commands as the clone's path to it; a store outside any checkout as it was given."""
+    import subprocess
+
+    from nat_kd.study.released_sets import path_in_checkout
+
+    clone = tmp_path / "clone"
+    store = clone / "docs" / "results" / "ladder"
+    store.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(clone)], check=True)
+    assert path_in_checkout(store, str(store)) == "docs/results/ladder"
+    assert path_in_checkout(clone / "docs" / ".." / "docs" / "results" / "ladder", "x") == "docs/results/ladder"
+    assert path_in_checkout(tmp_path / "elsewhere", "../elsewhere") == "../elsewhere"
+
+
 def test_the_sets_page_reads_each_card_from_its_archive_and_leaves_out_a_set_whose_archive_is_not_there(tmp_path):
     import io
     import lzma

@@ -167,9 +167,21 @@ def sets_page(cfg: StudyConfig, store: Store, shown_store: str, profile: str) ->
     return "\n".join(lines)
 
 
-def write_sets_page(cfg: StudyConfig, store: Store, shown_store: str, profile: str) -> Path | None:
-    """Write STORE/distilled_sets.md (module docstring) where the store keeps a set; its path, else None."""
-    text = sets_page(cfg, store, shown_store, profile)
+def path_in_checkout(folder: Path, given: str) -> str:
+    """``folder`` as a page committed beside it names it: relative to the top of the git checkout that holds it,
+    so that the commands read the same in every clone, whatever path the study was given (``given``, kept for a
+    folder outside any checkout)."""
+    folder = folder.resolve()
+    for top in (folder, *folder.parents):
+        if (top / ".git").exists():
+            return folder.relative_to(top).as_posix()
+    return given
+
+
+def write_sets_page(cfg: StudyConfig, store: Store, given_store: str, profile: str) -> Path | None:
+    """Write STORE/distilled_sets.md (module docstring) where the store keeps a set; its path, else None.
+    ``given_store``: the ``--store`` argument (path_in_checkout)."""
+    text = sets_page(cfg, store, path_in_checkout(store.root, given_store), profile)
     if text is None:
         return None
     path = store.root / PAGE
