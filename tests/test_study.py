@@ -840,6 +840,43 @@ def test_hours_starts_only_the_steps_whose_estimate_from_records_of_their_kind_a
     assert calls == ["long", "other", "slow"]
 
 
+def test_the_plan_estimates_a_set_whose_teacher_has_not_trained_from_the_teacher_s_planned_shape(tmp_path):
+    """--hours' plan: a set's rate goes by its teacher's shape; a teacher still to train lends its planned
+    settings, so its set is estimated (here 0.1 s a sentence times 2,000 pairs) and not 'unknown'."""
+    from nat_kd.study.__main__ import plan_estimates
+
+    shape = {"layers": 3, "embed_dim": 256}
+    training = {"updates": 1000, "max_tokens": 4096, "bleu_every": 250}
+    decoding = {"beam": 5}
+
+    def record(name, kind, settings, wall, result):
+        return {"name": name, "kind": kind, "settings": settings, "deps": [], "digest": "d", "fingerprint": "f",
+                "wall_seconds": wall, "threads": 1, "result": {"outputs": [], **result}}
+
+    def teacher_settings(layers):
+        return {"arch": "transformer", "shape": {**shape, "layers": layers}, "training": training}
+
+    def set_settings(teacher):
+        return {"prepare": "prepare", "teacher": teacher, "strategy": "beam", "decoding": decoding, "max_tokens": 8000}
+
+    committed = {"teacher.old": record("teacher.old", "train", teacher_settings(3), 3600.0, {"updates_trained": 1000}),
+                 "distil.old": record("distil.old", "distil", set_settings("teacher.old"), 300.0, {"sentences": 3000})}
+    (tmp_path / "results.json").write_text(json.dumps({"steps": committed}))
+    prepare = Step("prepare", "prepare", {"pairs": 2000}, lambda ctx: {"outputs": [], "train_pairs": 2000})
+    runner = Runner(tmp_path / "study", reuse=(tmp_path / "results.json",))
+    runner.run([prepare])
+
+    def plan(layers):
+        teacher = Step("teacher.new", "train", teacher_settings(layers), lambda ctx: {"outputs": []})
+        distil = Step("distil.new.beam", "distil", set_settings("teacher.new"), lambda ctx: {"outputs": []},
+                      deps=["prepare", "teacher.new"])
+        return [prepare, teacher, distil]
+
+    assert plan_estimates(runner, plan(3)) == ["to run  teacher.new  1.0 h", "to run  distil.new.beam  3 min"]
+    # a teacher of another shape: no set of its shape was timed
+    assert plan_estimates(runner, plan(6))[1] == "to run  distil.new.beam  unknown"
+
+
 def test_a_da_transformer_record_from_before_its_glancing_changed_stands_in_for_nothing(tmp_path):
     """The committed capacity study's DA-Transformer trained with the glancing of before (floor rounding, no
     force-emit): its step's settings now carry the family's recipe, so its record no longer matches, while the

@@ -157,13 +157,15 @@ WITHOUT_ESTIMATE = {"stored": "restored from the store", "reused": "a reused stu
 
 def plan_estimates(runner: Runner, steps) -> list[str]:
     """One line a step that is not done: its state, its name and its expected wall time (none for a step the
-    store restores or a reused study's record stands in for)."""
+    store restores or a reused study's record stands in for). A dependency that has not run yet lends its
+    planned settings: a set's rate goes by its teacher's shape, known before the teacher trains."""
     states, records, lines = runner.states(steps), runner.records(steps), []
+    planned = {s.name: {"settings": s.settings} for s in steps}
     for step in steps:
         if states[step.name] in WITHOUT_ESTIMATE:
             lines.append(f"{states[step.name]:6}  {step.name}  {WITHOUT_ESTIMATE[states[step.name]]}")
         elif states[step.name] != "done":
-            expected = runner.estimate(step, {d: records[d] for d in step.deps if d in records})
+            expected = runner.estimate(step, {d: records.get(d, planned[d]) for d in step.deps})
             lines.append(f"{states[step.name]:6}  {step.name}  {hours(expected)}")
     return lines
 
