@@ -1739,3 +1739,51 @@ def test_the_sets_page_reads_each_card_from_its_archive_and_leaves_out_a_set_who
     sets = kept_sets(store)
     assert [s["step"] for s in sets] == ["distil.small.beam", "distil.big.beam"]  # by the teachers' size
     assert [s["card"]["teacher"]["sha256"] for s in sets] == [["sha-of-distil.small.beam"], ["sha-of-distil.big.beam"]]
+
+
+def test_the_sets_page_orders_teachers_of_one_shape_as_the_profile_does_and_names_a_student_step_of_the_plan(tmp_path):
+    """kd-methods' three teachers have one shape: their sets follow the profile (seeds 1, 2, 3), not their names
+    ('converged-s2' sorts before 'converged'); the commands use a set the study trains students on, with a step
+    that --list has; where it trains none on a kept set, the page gives fairseq-train alone."""
+    import io
+    import lzma
+    import tarfile
+
+    from nat_kd.engine.store import Store
+    from nat_kd.study.released_sets import sets_page
+
+    cfg = study_config.load("kd-methods")
+    plan = {s.name for s in build_plan(cfg, tmp_path / "plan")}
+    store = Store(tmp_path / "store", tmp_path / "study")
+    (store.root / "steps").mkdir(parents=True)
+    (store.root / "kept").mkdir()
+
+    def keep(teacher):
+        name = f"distil.{teacher}.beam"
+        (store.root / "steps" / f"{name}.json").write_text(json.dumps({
+            "name": name, "kind": "distil", "settings": {"teacher": f"teacher.{teacher}"},
+            "result": {"name": f"{teacher}.beam", "sentences": 29000},
+            "kept": {"archive": f"kept/{name}.tar.xz", "sha256": "0" * 64}}))
+        (store.root / "steps" / f"teacher.{teacher}.json").write_text(json.dumps({
+            "name": f"teacher.{teacher}", "kind": "train", "result": {"parameters": 7579648}}))
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w"):
+            pass
+        store.archive_file(name).write_bytes(lzma.compress(buffer.getvalue()))
+
+    def page():
+        text = sets_page(cfg, store, "docs/results/kd_methods", "kd-methods")
+        return [line.split("`")[1] for line in text.splitlines() if line.startswith("| `distil.")], text
+
+    for teacher in ("converged-s3", "converged-s2"):
+        keep(teacher)
+    order, text = page()
+    assert order == ["distil.converged-s2.beam", "distil.converged-s3.beam"]
+    assert "--only distil.converged-s2.beam\n" in text and "--only student." not in text
+    assert "Train a student on it, here the study's glat_ctc student" in text
+    keep("converged")
+    order, text = page()
+    assert order == ["distil.converged.beam", "distil.converged-s2.beam", "distil.converged-s3.beam"]
+    steps = re.findall(r"--only ([\w.-]+)", text)
+    assert steps == ["distil.converged.beam", "student.glat_ctc.converged.beam"] and set(steps) <= plan
+    assert "STUDY/work/distil.converged.beam/data/bin" in text

@@ -39,9 +39,10 @@ def _card(store: Store, record: dict) -> dict:
         return json.loads(member.read().decode("utf-8"))
 
 
-def kept_sets(store: Store) -> list[dict]:
-    """The store's distilled sets that have an archive, in the order of their teachers' size (parameters); one
-    whose archive is not there (not committed yet, or deleted) is left out."""
+def kept_sets(store: Store, teachers: tuple[str, ...] = ()) -> list[dict]:
+    """The store's distilled sets that have an archive, in the order of their teachers' size (parameters), then
+    of ``teachers`` (the teachers' step names in the profile's order: seeds 1, 2, 3 of one shape); one whose
+    archive is not there (not committed yet, or deleted) is left out."""
     records = store.records()
     analysis = analysis_result({name: record["result"] for name, record in records.items()}) or {}
     rows = {row["name"]: row for row in analysis.get("rows", [])}
@@ -54,7 +55,12 @@ def kept_sets(store: Store) -> list[dict]:
         sets.append({"step": name, "record": record, "teacher": teacher, "card": _card(store, record),
                      "analysis": rows.get(record["result"]["name"], {}),
                      "bytes": store.archive_file(name).stat().st_size})
-    return sorted(sets, key=lambda s: (s["teacher"].get("result", {}).get("parameters") or 0, s["step"]))
+    def order(s):
+        teacher = s["record"]["settings"]["teacher"]
+        return (s["teacher"].get("result", {}).get("parameters") or 0,
+                teachers.index(teacher) if teacher in teachers else len(teachers), s["step"])
+
+    return sorted(sets, key=order)
 
 
 def _shape(settings: dict) -> str:
@@ -95,20 +101,32 @@ def _student_command(cfg: StudyConfig, family: str, bin_dir: str) -> str:
     return " ".join(f"'{w}'" if " " in w else w for w in words)
 
 
-def _students(cfg: StudyConfig, kept: dict) -> list[str]:
-    family, data = cfg.student_families[0], kept["record"]["result"]["name"]
-    return [f"The study's own students train on it with `--only {student_step(family, data)}` (one step a family "
-            f"and set: the names `--list` prints); or train one yourself, here the study's {family} student in "
-            "one run (its checkpoint chosen on validation loss):\n",
+def _example(cfg: StudyConfig, sets: list[dict]) -> tuple[dict, str | None]:
+    """The set the page's commands use, and the family whose step trains on it: the first set that one of the
+    study's families learns from, so that `--only` names a step of the plan; else the first set and no step."""
+    for s in sets:
+        for family in cfg.student_families:
+            if s["record"]["result"]["name"] in cfg.sets_of(family):
+                return s, family
+    return sets[0], None
+
+
+def _students(cfg: StudyConfig, kept: dict, step_family: str | None) -> list[str]:
+    family = step_family or cfg.student_families[0]
+    own = (f"The study's own students train on it with `--only {student_step(family, kept['record']['result']['name'])}` "
+           "(one step a family and set: the names `--list` prints); or train one yourself" if step_family
+           else "Train a student on it")
+    return [f"{own}, here the study's {family} student in one run (its checkpoint chosen on validation loss):\n",
             "```bash", _student_command(cfg, family, f"STUDY/work/{kept['step']}/{SET_FOLDER}/bin"), "```\n"]
 
 
 def sets_page(cfg: StudyConfig, store: Store, shown_store: str, profile: str) -> str | None:
     """The page's Markdown; None where the store keeps no set. ``shown_store``: the store as the commands write
     it; ``profile``: the study's profile or config file, as the commands name it."""
-    sets = kept_sets(store)
+    sets = kept_sets(store, tuple(f"teacher.{t.name}" for t in cfg.teachers))
     if not sets:
         return None
+    example, family = _example(cfg, sets)
     columns = shown(DECODING)
     rows = []
     for s in sets:
@@ -133,10 +151,10 @@ def sets_page(cfg: StudyConfig, store: Store, shown_store: str, profile: str) ->
         "## Using a set without its teacher\n",
         "Restore a set (and the corpus it pairs with) into a folder of your own; the teacher is not trained:\n",
         "```bash",
-        f"python -m nat_kd.study {profile} --out STUDY --store {shown_store} --only {sets[0]['step']}",
+        f"python -m nat_kd.study {profile} --out STUDY --store {shown_store} --only {example['step']}",
         "```\n",
-        f"The set is then `STUDY/work/{sets[0]['step']}/{SET_FOLDER}/` (its `bin/` for fairseq).",
-        *(_students(cfg, sets[0]) if cfg.student_families else []),
+        f"The set is then `STUDY/work/{example['step']}/{SET_FOLDER}/` (its `bin/` for fairseq).",
+        *(_students(cfg, example, family) if cfg.student_families else []),
         f"`--store` takes any copy of this folder (a clone's `{shown_store}`, or one unpacked elsewhere). "
         "Inside an archive: `tar -xJf kept/NAME.tar.xz` gives the targets (`data/train.LANG`, and in the teacher's "
         "pieces `data/spm/`), `data/meta.json` (how it was made) and the card (`data/CARD.md`); paths inside "
