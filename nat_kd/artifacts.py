@@ -153,3 +153,9 @@ class DistilledSet(_Folder):
     def meta(self) -> dict | None:
         """meta.json, or None while the set is not complete."""
         return _read_json(self.meta_file) if self.meta_file.is_file() else None
+
+    def real_repeats(self) -> int:
+        """How many times over the set's lines pair with the real data's: a union of K sets of the same sources
+        (nat_kd.references --union) holds their pairs one set after the other, so K; any other set once."""
+        meta = self.meta() or {}
+        return len(meta["union"]["sets"]) if meta.get("strategy") == "union" else 1

@@ -103,6 +103,30 @@ def test_the_union_set_holds_every_sets_pairs_one_after_the_other(sets, tiny_en_
     assert meta["union"]["mean_pairwise_bleu"] > 0 and (out / "CARD.md").is_file()
 
 
+@pytest.mark.slow
+def test_the_analysis_holds_a_union_set_against_the_real_targets_once_for_each_set_in_it(sets, tiny_en_de, tmp_path):
+    """The union of three sets of the valid sources pairs with the real targets three times over: its BLEU and
+    length ratio against them are sacrebleu's with the real targets repeated, and its card is refreshed."""
+    from nat_kd.analysis.report import AnalysisReport, DataSet, set_from_dir
+    from nat_kd.analysis.tokenizers import get_tokenizer
+
+    folders, targets = sets
+    out = tmp_path / "union"
+    build(folders, out, union=True, reference=tiny_en_de / "raw" / "valid.de")
+    real = DataSet("real", tiny_en_de / "raw" / "valid.en", tiny_en_de / "raw" / "valid.de")
+    union = set_from_dir(out, None, "en", "de")
+    assert union.real_repeats == 3 and set_from_dir(folders[0], None, "en", "de").real_repeats == 1
+    report = AnalysisReport(get_tokenizer("13a", lowercase=True), drop_empty=True).run(real, [union])
+    row = {r["name"]: r for r in report.rows}[union.name]
+    references = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()
+    expected = sacrebleu.corpus_bleu([t for name in TEACHERS for t in targets[name]], [references * 3],
+                                     lowercase=True)
+    assert row["bleu"] == pytest.approx(expected.score, abs=1e-9) and row["sentences"] == 3 * VALID_LINES
+    assert row["length_ratio"] == pytest.approx(expected.sys_len / expected.ref_len)
+    assert report.refresh_cards(real, [union]) == [out]
+    assert json.loads((out / "card.json").read_text())["analysis"]
+
+
 def test_sets_of_other_sources_are_refused_naming_the_line(sets, tiny_en_de, tmp_path, capsys):
     folders, _ = sets
     other = tmp_path / "other"

@@ -317,7 +317,8 @@ def refresh_card(directory: str | Path, *, reference: str | Path | None = None, 
     files = meta["files"]
     source, target = read_lines(distilled.root / files["source"]), read_lines(distilled.root / files["target"])
     reference_file = reference or meta.get("corpus", {}).get("reference")
-    references = read_lines(reference_file) if reference_file else None
+    # a union set's lines pair with the real targets once for each set in it
+    references = read_lines(reference_file) * distilled.real_repeats() if reference_file else None
     if references is not None and len(references) != len(target):
         raise CorpusError(f"line-count mismatch: {reference_file} has {len(references)} lines but "
                           f"{distilled.root / files['target']} has {len(target)}; pass the set's own references")

@@ -38,6 +38,7 @@ class DataSet:
     tgt: Path
     strategy: str = ""
     directory: Path | None = None  # a distilled set's folder: the report refreshes its card and scores.tsv
+    real_repeats: int = 1  # its lines pair with the real data's this many times over (DistilledSet.real_repeats)
 
 
 def check_report_folder(out_dir: str | Path) -> None:
@@ -68,7 +69,8 @@ def set_from_dir(directory: str | Path, split: str | None, src_lang: str, tgt_la
         src, tgt = (split_file(distilled.root, split, lang, "--set-dir") for lang in (src_lang, tgt_lang))
     # a backend that decodes its own way records no strategy (null)
     return DataSet(str(meta.get("name") or distilled.root.name), src, tgt, meta.get("strategy") or "",
-                   distilled.root if "files" in meta else None)  # written by the generator or nat_kd.mix
+                   distilled.root if "files" in meta else None,  # written by the generator or nat_kd.mix
+                   distilled.real_repeats())
 
 
 def set_from_arg(text: str) -> DataSet:
@@ -196,7 +198,7 @@ class AnalysisReport:
     def _measured(self, data: DataSet, real: MeasuredSet | None = None) -> MeasuredSet:
         aligned = align_corpus(iter_lines(data.src), iter_lines(data.tgt), self.tokenizer, self.options, self.aligner,
                                (str(data.src), str(data.tgt)), self.settings.drop_empty)
-        return MeasuredSet(data.name, data.src, data.tgt, aligned, self.settings, real)
+        return MeasuredSet(data.name, data.src, data.tgt, aligned, self.settings, real, data.real_repeats)
 
     def _row(self, data: DataSet, measured: MeasuredSet) -> dict:
         """The set's report row (report.json's order): its name and counts, the measures that need nothing, its

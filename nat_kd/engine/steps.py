@@ -394,9 +394,9 @@ def analysis_step(ctx: StepContext, *, prepare: str, sets: list[str], src: str, 
 
     prepared = PreparedCorpus(ctx.results[prepare]["dir"])
     real = DataSet("real", prepared.raw("train", src), prepared.raw("train", tgt), "reference")
-    distilled = [DataSet(ctx.results[s]["name"], DistilledSet(ctx.results[s]["dir"]).text("train", src),
-                         DistilledSet(ctx.results[s]["dir"]).text("train", tgt), ctx.results[s]["strategy"])
-                 for s in sets]
+    sets_read = [(ctx.results[s], DistilledSet(ctx.results[s]["dir"])) for s in sets]
+    distilled = [DataSet(result["name"], folder.text("train", src), folder.text("train", tgt), result["strategy"],
+                         real_repeats=folder.real_repeats()) for result, folder in sets_read]
     tokenizer = get_tokenizer("13a", lowercase=True)
     if details:
         analyser = DetailedAnalysisReport(tokenizer, drop_empty=True, buckets=details["buckets"],

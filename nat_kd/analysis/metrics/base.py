@@ -204,13 +204,14 @@ T = TypeVar("T")
 
 class MeasuredSet:
     """One training set as measures see it: its text files, its aligned corpus, the report's settings, and the
-    real data's MeasuredSet (``real``: itself for the real data). What several measures need is computed once per
-    set (``once``); what every set of a report shares, once on the real data's."""
+    real data's MeasuredSet (``real``: itself for the real data), whose lines its own pair with ``real_repeats``
+    times over (a union set's). What several measures need is computed once per set (``once``); what every set
+    of a report shares, once on the real data's."""
 
     def __init__(self, name: str, src: Path, tgt: Path, aligned: AlignedCorpus, settings: MeasureSettings,
-                 real: MeasuredSet | None = None):
+                 real: MeasuredSet | None = None, real_repeats: int = 1):
         self.name, self.src, self.tgt, self.aligned, self.settings = name, src, tgt, aligned, settings
-        self.real = real or self
+        self.real, self.real_repeats = real or self, real_repeats
         self._computed: dict[Callable, Any] = {}
 
     @cached_property

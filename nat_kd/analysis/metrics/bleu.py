@@ -15,6 +15,7 @@ measures need none of it.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -99,10 +100,12 @@ def streamed_bleu(pairs: Iterable[tuple[str, str]], lowercase: bool = False):
 
 
 def bleu_against_real(data: MeasuredSet):
-    """The set's targets against the real ones, as the report's tokeniser cases them."""
-    names = (str(data.tgt), str(data.real.tgt))
-    return streamed_bleu(parallel_lines(iter_lines(data.tgt), iter_lines(data.real.tgt), names),
-                         data.settings.tokenizer.lowercase)
+    """The set's targets against the real ones (as many times over as the set pairs with them), as the report's
+    tokeniser cases them."""
+    repeats = data.real_repeats
+    names = (str(data.tgt), f"{data.real.tgt}" + (f" (read {repeats} times over)" if repeats > 1 else ""))
+    references = itertools.chain.from_iterable(iter_lines(data.real.tgt) for _ in range(repeats))
+    return streamed_bleu(parallel_lines(iter_lines(data.tgt), references, names), data.settings.tokenizer.lowercase)
 
 
 VS_REAL = Column("BLEU vs real")
