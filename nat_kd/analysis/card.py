@@ -317,11 +317,13 @@ def refresh_card(directory: str | Path, *, reference: str | Path | None = None, 
     files = meta["files"]
     source, target = read_lines(distilled.root / files["source"]), read_lines(distilled.root / files["target"])
     reference_file = reference or meta.get("corpus", {}).get("reference")
-    # a union set's lines pair with the real targets once for each set in it
-    references = read_lines(reference_file) * distilled.real_repeats() if reference_file else None
-    if references is not None and len(references) != len(target):
+    references = read_lines(reference_file) if reference_file else None
+    repeats = distilled.real_repeats()  # a union set's lines pair with the real targets once for each set in it
+    if references is not None and len(references) * repeats != len(target):
+        union = f" ({repeats} times over: a union of {repeats} sets)" if repeats > 1 else ""
         raise CorpusError(f"line-count mismatch: {reference_file} has {len(references)} lines but "
-                          f"{distilled.root / files['target']} has {len(target)}; pass the set's own references")
+                          f"{distilled.root / files['target']} has {len(target)}{union}; pass the set's own references")
+    references = references * repeats if references is not None else None
     if distilled.scores_file.is_file():
         scores = SentenceScores.read(distilled.scores_file)
         scores.settings = SentenceScorer().settings

@@ -113,9 +113,9 @@ def _example(cfg: StudyConfig, sets: list[dict]) -> tuple[dict, str | None]:
 
 def _students(cfg: StudyConfig, kept: dict, step_family: str | None) -> list[str]:
     family = step_family or cfg.student_families[0]
-    own = (f"The study's own students train on it with `--only {student_step(family, kept['record']['result']['name'])}` "
-           "(one step a family and set: the names `--list` prints); or train one yourself" if step_family
-           else "Train a student on it")
+    step = student_step(family, kept["record"]["result"]["name"])
+    own = (f"The study's own students train on it with `--only {step}` (one step a family and set: the names "
+           "`--list` prints); or train one yourself" if step_family else "Train a student on it")
     return [f"{own}, here the study's {family} student in one run (its checkpoint chosen on validation loss):\n",
             "```bash", _student_command(cfg, family, f"STUDY/work/{kept['step']}/{SET_FOLDER}/bin"), "```\n"]
 
