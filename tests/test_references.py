@@ -101,6 +101,11 @@ def test_the_union_set_holds_every_sets_pairs_one_after_the_other(sets, tiny_en_
     assert _binarized(out, "valid.en-de.de") == [line for folder in folders
                                                  for line in _binarized(folder, "valid.en-de.de")]
     assert meta["union"]["mean_pairwise_bleu"] > 0 and (out / "CARD.md").is_file()
+    # its scores pair each set's lines with the real targets, as the generator scores one set
+    references = (tiny_en_de / "raw" / "valid.de").read_text(encoding="utf-8").splitlines()
+    expected = sacrebleu.corpus_bleu([t for name in TEACHERS for t in targets[name]], [references * 3])
+    assert meta["scores"]["bleu"] == round(expected.score, 4) and meta["scores"]["bleu_signature"]
+    assert json.loads((out / "meta.json").read_text())["scores"] == meta["scores"]
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ reads it as that set) with the others' targets beside it as references 2..K, lin
 SPLIT.refK.TGT, spm/SPLIT.refK.TGT, and bin/SPLIT.refK.SRC-TGT.TGT, which fairseq-train reads with
 ``--task kd_translation_lev --references K`` for a student whose criterion takes them
 (``--criterion multi_reference_nat_loss --reference-selection ddrs``). With ``--union`` it is a plain set of
-the sets' pairs one after the other (K x N lines, one target each): plain KD on all of them. Either way
+the sets' pairs one after the other (K x N lines, one target each): plain KD on all of them; given the real
+targets (``--prepared``), its scores are against them repeated once for each set. Either way
 meta.json records each reference's set, its BLEU against the real targets, and the references' diversity (the
 BLEU of each against each other). Written atomically, in seconds: each set is resumable by itself, as the
 generator writes it.
@@ -100,7 +101,7 @@ class _Sets:
 def build(set_folders: list[str | Path], out_dir: str | Path, *, union: bool = False, name: str | None = None,
           reference: str | Path | None = None) -> dict:
     """The multi-reference set (or with ``union`` the union set) of ``set_folders`` in ``out_dir``; returns
-    its meta.json. ``reference``: the real targets, for the union set's card (a multi-reference set keeps its
+    its meta.json. ``reference``: the real targets, for the union set's scores and card (a multi-reference set keeps its
     first set's)."""
     from nat_kd.distill.pipeline import check_set_folder
 
@@ -144,6 +145,7 @@ def _union(sets: _Sets, out: DistilledSet, record: dict, name: str | None, refer
     """The sets' pairs one after the other, one target a line, written as the generator writes a set."""
     from nat_kd.analysis.metrics.sentence import SentenceScores
     from nat_kd.distill.output import write_output
+    from nat_kd.distill.scores import scores as corpus_scores, statistics
     from nat_kd.distill.source import source_token_lines
 
     count, first = len(sets.sets), sets.sets[0]
@@ -153,12 +155,16 @@ def _union(sets: _Sets, out: DistilledSet, record: dict, name: str | None, refer
     joined = (SentenceScores({c: np.concatenate([s.columns[c] for s in scores]) for c in sorted(columns)},
                              scores[0].settings) if columns else None)
     lines = len(sets.sources)
+    targets = [t for set_targets in sets.targets for t in set_targets]
+    # each set's lines pair with the real targets: the union's BLEU is against them once for each set
+    references = reference * count if reference else None
     left_out = [line + k * lines for k in range(count) for line in sets.left_out]
     meta = {**{k: sets.metas[0][k] for k in ("split", "source_lang", "target_lang", "corpus", "settings",
                                              "all_settings", "backend", "max_source_positions") if k in sets.metas[0]},
             "name": name or out.root.name, "strategy": "union", "sentences": lines * count,
             "empty_source_lines": [], "truncated_source_lines": [], "union": record, "nat_kd_version": __version__,
             "teacher": sets.metas[0].get("teacher"),
+            "scores": corpus_scores([statistics(targets, references)], targets, references) if references else {},
             "files": {"source": out.text(sets.split, sets.src).name, "target": out.text(sets.split, sets.tgt).name,
                       "binarized": f"{out.bin.root.name}/", "pieces": f"{out.pieces_dir.name}/",
                       "binarized_sentences": (lines - len(sets.left_out)) * count,
@@ -167,8 +173,8 @@ def _union(sets: _Sets, out: DistilledSet, record: dict, name: str | None, refer
     write_output(out.root, split=sets.split, src=sets.src, tgt=sets.tgt, source_text=sets.sources * count,
                  source_tokens=tokens * count, source_pieces=read_lines(first.pieces(sets.split, sets.src)) * count,
                  target_pieces=[p for pieces in sets.pieces for p in pieces],
-                 target_text=[t for targets in sets.targets for t in targets], dict_dir=first.bin.root, meta=meta,
-                 data_dir=first.bin.root, bin_left_out=left_out, references=reference * count if reference else None,
+                 target_text=targets, dict_dir=first.bin.root, meta=meta,
+                 data_dir=first.bin.root, bin_left_out=left_out, references=references,
                  sentence_scores=joined)
     return meta
 
