@@ -5,7 +5,8 @@ resumes from it without retraining what those outputs came from.
     STORE/steps/NAME.json    the step's record, the study folder written as DIR
     STORE/kept/NAME.tar.xz   the files of the step's work folder that it keeps (a distilled set's targets, a
                              student's hypotheses); the record's "kept" holds the archive's digest and the
-                             digest of each file the step's rebuild makes again beside them (a set's bin/)
+                             digest of each file the step's rebuild makes again beside them (a set's bin/; a .json or .md
+                             with the study folder written as DIR, as below)
 
 In a kept .json or .md file (a set's meta.json and card) the study folder is written as DIR too, so that an
 archive does not depend on where its study ran and a set restored elsewhere names its own folder; the record's
@@ -69,6 +70,15 @@ def _roots(study: Path, name: str) -> tuple[bytes, bytes]:
     """The study folder as file ``name`` writes it (escaped in JSON), and DIR, each with its trailing slash."""
     root = json.dumps(str(study))[1:-1] if name.endswith(".json") else str(study)
     return f"{root}/".encode(), f"{PLACEHOLDER}/".encode()
+
+
+def _rebuilt_digest(path: Path, name: str, study: Path) -> str:
+    """sha256 of a file the step's rebuild makes, with the study folder written as DIR where it is a .json or .md
+    (a Selective KD set's card, copied from its distilled set's, names the teacher's checkpoint by path), so that
+    the file rebuilt in another study folder matches the record."""
+    if not name.endswith(RELOCATED_SUFFIXES):
+        return sha256_file(path)
+    return hashlib.sha256(path.read_bytes().replace(*_roots(study, name))).hexdigest()
 
 
 def _archive(folder: Path, files: list[Path], study: Path) -> tuple[bytes, list[str]]:
@@ -142,7 +152,8 @@ class Store:
             else:
                 stored["kept"] = {"archive": f"kept/{name}.tar.xz", "sha256": hashlib.sha256(data).hexdigest(),
                                   "files": sorted(str(f) for f in kept.files), "relocated": relocated,
-                                  "rebuilt": {str(f): sha256_file(work / f) for f in sorted(kept.rebuilt)}}
+                                  "rebuilt": {str(f): _rebuilt_digest(work / f, str(f), self.study)
+                                              for f in sorted(kept.rebuilt)}}
                 archive = self.archive_file(name)
                 if not archive.is_file() or archive.read_bytes() != data:
                     archive.parent.mkdir(parents=True, exist_ok=True)
@@ -187,7 +198,7 @@ class Store:
             if rebuild is not None:
                 rebuild(tmp, results)
             for name, digest in kept["rebuilt"].items():
-                if not (tmp / name).is_file() or sha256_file(tmp / name) != digest:
+                if not (tmp / name).is_file() or _rebuilt_digest(tmp / name, name, self.study) != digest:
                     raise StoreError(f"{archive}: {name} rebuilt from it differs from the step's own (its sha256); "
                                      "the inputs it is rebuilt from changed: delete the archive and its record to "
                                      "run the step again")
