@@ -30,6 +30,32 @@ def test_bundled_profiles_load_and_plan_every_experiment(profile, tmp_path):
     assert f"born_again.{cfg.born_again_rounds}.student" in names
 
 
+@pytest.mark.parametrize("profile", study_config.profile_names())
+def test_every_profile_plans_each_step_after_the_steps_it_reads(profile, tmp_path):
+    """One pass in plan order meets each step's dependencies first (--list, --hours and a cluster's
+    submission make one): kd-methods lists its Selective KD mix with the mixes, but it reads the student that
+    evaluates it, so the plan puts the mix right after that student."""
+    steps = build_plan(study_config.load(profile), tmp_path)
+    seen = set()
+    for step in steps:
+        assert set(step.deps) <= seen, (step.name, set(step.deps) - seen)
+        seen.add(step.name)
+    if profile == "kd-methods":
+        names = [s.name for s in steps]
+        assert names[names.index("student.glat_ctc.converged.beam") + 1] == "mix.selective-kd"
+
+
+def test_steps_out_of_dependency_order_are_put_in_it_and_a_cycle_is_left_at_the_end():
+    from nat_kd.engine.runner import in_dependency_order
+
+    def step(name, *deps):
+        return Step(name, "x", {}, lambda ctx: {}, list(deps))
+
+    plan = [step("a"), step("mix", "judge"), step("b", "a"), step("judge", "a"), step("c", "a"),
+            step("x", "y"), step("y", "x")]
+    assert [s.name for s in in_dependency_order(plan)] == ["a", "b", "judge", "mix", "c", "x", "y"]
+
+
 def test_cpu_profile_is_the_study_design():
     cfg = study_config.load("cpu")
     assert len(cfg.teachers) == 4
@@ -773,6 +799,34 @@ def test_a_kept_sets_json_and_markdown_name_the_study_folder_as_dir_and_a_restor
     assert (data / "CARD.md").read_text() == f"| {elsewhere}/work/teacher/model.pt |\n"
     assert (data / "notes.md").read_text() == inside["data/notes.md"]
     assert (data / "train.de").read_text() == inside["data/train.de"]
+
+
+def test_a_rebuilt_file_that_names_the_study_folder_restores_into_another_folder(tmp_path):
+    """A Selective KD set keeps its accuracies and rebuilds the rest, its card copied from its distilled set's,
+    which names the teacher's checkpoint by path: the record's digest is of the card with the study folder as
+    DIR, so that a restore into another folder matches it, and the card names that folder."""
+    from nat_kd.engine.store import Kept
+
+    def card(work, results):
+        (work / "data" / "CARD.md").write_text(f"| {results['corpus']['dir']}/checkpoint_best.pt |\n")
+
+    def selection(ctx):
+        (ctx.work / "data").mkdir()
+        (ctx.work / "data" / "accuracy.txt").write_text("0.5\n")
+        card(ctx.work, ctx.results)
+        return {"outputs": [], "dir": str(ctx.work / "data")}
+
+    plan = [Step("corpus", "prepare", {}, lambda ctx: {"outputs": [], "dir": str(ctx.work)}),
+            Step("selection", "mix", {}, selection, ["corpus"], rebuild=card,
+                 keep=lambda work, result: Kept([Path("data/accuracy.txt")], [Path("data/CARD.md")]))]
+    store = tmp_path / "store"
+    Runner(tmp_path / "first", store=store).run(plan)
+    assert str(tmp_path) not in (store / "steps" / "selection.json").read_text()
+    runner = Runner(tmp_path / "second", store=store)
+    runner.run(plan)
+    assert runner.skipped == ["selection"]  # the corpus runs again (no store keeps one); the selection restores
+    card_file = tmp_path / "second" / "work" / "selection" / "data" / "CARD.md"
+    assert card_file.read_text() == f"| {tmp_path / 'second'}/work/corpus/checkpoint_best.pt |\n"
 
 
 def test_a_stored_file_that_does_not_match_its_record_is_refused_in_one_line(tmp_path):

@@ -62,6 +62,22 @@ class Step:
     rebuild: Callable[[Path, dict], None] | None = None
 
 
+def in_dependency_order(steps: list[Step]) -> list[Step]:
+    """The steps each after the steps it reads, otherwise in their given order (a profile lists a Selective KD
+    mix with the mixes, before the student that evaluates it): one pass over them then meets every step's
+    dependencies first, as --list, --hours and a cluster's submission do. Steps that wait on each other (a
+    cycle) or on a step not in the list keep their order at the end, for run to name."""
+    placed, ordered, pending = set(), [], list(steps)
+    while pending:
+        step = next((s for s in pending if all(d in placed for d in s.deps)), None)
+        if step is None:
+            return ordered + pending
+        placed.add(step.name)
+        ordered.append(step)
+        pending.remove(step)
+    return ordered
+
+
 def needed(steps: list[Step], names: list[str]) -> list[Step]:
     """The named steps and every step they depend on, in plan order (``--only``)."""
     by_name = {s.name: s for s in steps}

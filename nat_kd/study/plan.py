@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 
 from nat_kd.artifacts import PreparedCorpus
-from nat_kd.engine.runner import Step
+from nat_kd.engine.runner import Step, in_dependency_order
 from nat_kd.engine.steps import (TEACHER_ARCH, analysis_step, distil_step, family_recipe, kept_hypotheses,
                                  kept_selection, kept_set, mix_step, modes_step, prepare_step, rebuild_selection,
                                  rebuild_set, references_step, selective_kd_step, speed_step, student_arch,
@@ -36,7 +36,8 @@ def analysis_result(results: dict) -> dict | None:
 def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None) -> list[Step]:
     """The study's steps in plan order (a resumed run takes up the steps it had begun in this order): the
     corpus, the teachers with their distilled sets, the mixes, the analysis, the students, Born-Again rounds,
-    the speed tables and the multi-modality experiment."""
+    the speed tables and the multi-modality experiment; a step that reads a later one's outputs (a mix that a
+    student judges) moved after it."""
     plan = _Planner(cfg, results_dir, data_dir)
     plan.prepare("prepare", cfg.tgt, cfg.vocab_size, cfg.train_limit, cfg.corpus)
     plan.teachers_and_sets()
@@ -45,7 +46,7 @@ def build_plan(cfg: StudyConfig, results_dir: Path, data_dir: str | None = None)
     plan.born_again()
     plan.speed()
     plan.modes()
-    return plan.steps
+    return in_dependency_order(plan.steps)
 
 
 class _Planner:
