@@ -1841,3 +1841,23 @@ def test_the_sets_page_orders_teachers_of_one_shape_as_the_profile_does_and_name
     steps = re.findall(r"--only ([\w.-]+)", text)
     assert steps == ["distil.converged.beam", "student.glat_ctc.converged.beam"] and set(steps) <= plan
     assert "STUDY/work/distil.converged.beam/data/bin" in text
+
+    # Selective KD's accuracies, kept beside the sets: listed with their evaluator, restored by a step of the plan
+    (store.root / "steps" / "mix.selective-kd.json").write_text(json.dumps({
+        "name": "mix.selective-kd", "kind": "mix", "result": {"name": "selective-kd", "sentences": 29000,
+                                                               "mean_accuracy": 0.6767},
+        "settings": {"of": "distil.converged.beam", "selective_kd": {
+            "evaluator": "student.glat_ctc.converged.beam", "kd_threshold": 0.4, "kd_threshold_offset": 0.6,
+            "kd_threshold_updates": 2000}},
+        "kept": {"archive": "kept/mix.selective-kd.tar.xz", "sha256": "0" * 64}}))
+    (store.root / "steps" / "student.glat_ctc.converged.beam.json").write_text(json.dumps({
+        "name": "student.glat_ctc.converged.beam", "kind": "train", "result": {"test_bleu": 22.81}}))
+    assert "Selective KD" not in page()[1]  # its archive is not there
+    store.archive_file("mix.selective-kd").write_bytes(b"x" * 45328)
+    text = page()[1]
+    assert ("| `mix.selective-kd` | `distil.converged.beam` | `student.glat_ctc.converged.beam` | 22.81 | 29,000 | "
+            "0.677 | kd_threshold 0.4, kd_threshold_offset 0.6, kd_threshold_updates 2000 | "
+            "[0.04 MB](kept/mix.selective-kd.tar.xz) |") in text
+    steps = re.findall(r"--only ([\w.-]+)", text)
+    assert steps[2:] == ["mix.selective-kd", "student.glat_ctc.selective-kd"] and set(steps) <= plan
+    assert text.index("## Selective KD") < text.index("## Each set")

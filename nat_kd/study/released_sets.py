@@ -63,6 +63,54 @@ def kept_sets(store: Store, teachers: tuple[str, ...] = ()) -> list[dict]:
     return sorted(sets, key=order)
 
 
+def kept_selections(store: Store) -> list[dict]:
+    """The store's Selective KD steps that have an archive (their evaluator's accuracy on each line), by name;
+    each with its record and its evaluator's."""
+    records = store.records()
+    return [{"step": name, "record": record, "bytes": store.archive_file(name).stat().st_size,
+             "evaluator": records.get(record["settings"]["selective_kd"]["evaluator"], {})}
+            for name, record in sorted(records.items())
+            if "selective_kd" in record.get("settings", {}) and (record.get("kept") or {}).get("archive")
+            and store.archive_file(name).is_file()]
+
+
+def _selections(cfg: StudyConfig, selections: list[dict], shown_store: str, profile: str) -> list[str]:
+    """The page's section on the kept Selective KD steps; [] where there is none."""
+    if not selections:
+        return []
+    rows = []
+    for s in selections:
+        record, evaluator = s["record"], s["evaluator"]
+        thresholds = {k: v for k, v in record["settings"]["selective_kd"].items() if k != "evaluator"}
+        rows.append([f"`{s['step']}`", f"`{record['settings']['of']}`",
+                     f"`{record['settings']['selective_kd']['evaluator']}`",
+                     cell(evaluator.get("result", {}).get("test_bleu"), ".2f"),
+                     cell(record["result"].get("sentences"), ","), cell(record["result"].get("mean_accuracy"), ".3f"),
+                     ", ".join(f"{k} {v:g}" for k, v in sorted(thresholds.items())),
+                     f"[{s['bytes'] / 2**20:.2f} MB](kept/{s['step']}.tar.xz)"])
+    example = selections[0]
+    label = example["record"]["result"]["name"]
+    families = [f for f in cfg.student_families if label in cfg.sets_of(f)]
+    return [
+        "## Selective KD's per-line accuracies\n",
+        "Selective KD (Liu et al., AAAI 2023) trains each line on its distilled or its raw target, by its evaluator's "
+        "accuracy on the raw target against a threshold that rises over the training (docs/students.md). The "
+        "accuracies are kept, one a line (`data/bin/train.evaluator_accuracy.txt` in the archive, with its "
+        "meta.json); the rest, the distilled set with the raw targets beside it, is made again from the set and "
+        "the corpus, so neither the teacher nor the evaluator trains again.\n",
+        table(["selection", "made from", "evaluator", "evaluator test BLEU", "lines", "mean accuracy",
+               "threshold", "archive"], rows),
+        "Restore it (with its distilled set and the corpus):\n",
+        "```bash",
+        f"python -m nat_kd.study {profile} --out STUDY --store {shown_store} --only {example['step']}",
+        "```\n",
+        f"The set is then `STUDY/work/{example['step']}/{SET_FOLDER}/`"
+        + (f"; the study's students on it: {', '.join(f'`--only {student_step(f, label)}`' for f in families)}."
+           if families else "."),
+        "",
+    ]
+
+
 def _shape(settings: dict) -> str:
     shape = settings.get("shape") or {}
     if not shape:
@@ -159,8 +207,9 @@ def sets_page(cfg: StudyConfig, store: Store, shown_store: str, profile: str) ->
         "Inside an archive: `tar -xJf kept/NAME.tar.xz` gives the targets (`data/train.LANG`, and in the teacher's "
         "pieces `data/spm/`), `data/meta.json` (how it was made) and the card (`data/CARD.md`); paths inside "
         "name the study folder as `DIR`.\n",
-        "## Each set\n",
     ]
+    lines += _selections(cfg, kept_selections(store), shown_store, profile)
+    lines.append("## Each set\n")
     for s in sets:
         record, teacher, card = s["record"], s["teacher"], s["card"]
         result = teacher.get("result", {})
