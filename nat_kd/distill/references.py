@@ -101,8 +101,8 @@ class _Sets:
 def build(set_folders: list[str | Path], out_dir: str | Path, *, union: bool = False, name: str | None = None,
           reference: str | Path | None = None) -> dict:
     """The multi-reference set (or with ``union`` the union set) of ``set_folders`` in ``out_dir``; returns
-    its meta.json. ``reference``: the real targets, for the union set's scores and card (a multi-reference set keeps its
-    first set's)."""
+    its meta.json. ``reference``: the real targets, for the union set's scores and card (a multi-reference set
+    keeps its first set's)."""
     from nat_kd.distill.pipeline import check_set_folder
 
     sets = _Sets(set_folders)

@@ -5,8 +5,8 @@ resumes from it without retraining what those outputs came from.
     STORE/steps/NAME.json    the step's record, the study folder written as DIR
     STORE/kept/NAME.tar.xz   the files of the step's work folder that it keeps (a distilled set's targets, a
                              student's hypotheses); the record's "kept" holds the archive's digest and the
-                             digest of each file the step's rebuild makes again beside them (a set's bin/; a .json or .md
-                             with the study folder written as DIR, as below)
+                             digest of each file the step's rebuild makes again beside them (a set's bin/;
+                             a .json or .md with the study folder written as DIR, as below)
 
 In a kept .json or .md file (a set's meta.json and card) the study folder is written as DIR too, so that an
 archive does not depend on where its study ran and a set restored elsewhere names its own folder; the record's
