@@ -1521,8 +1521,16 @@ def test_the_ladder_section_reads_the_papers_two_claims_from_the_curves(tmp_path
     assert paths["ladder_figure"].stat().st_size > 10_000
     assert "| dat | 26.00 | **27.00** | 26.50 | - | 15.00 | small |" in text
     assert ("**Not yet on the ladder** (the verdicts above are read without them):\n\n"
-            "- base (6x512): its teacher has not finished training.\n") in text
-    assert "medium (3x256)" not in text.split("Not yet on the ladder")[1]  # dat learned from it
+            "- base (6x512): its teacher has not finished training.\n"
+            "- nat: no student yet on the set of medium (3x256).\n"
+            "- glat: no student yet on the set of medium (3x256).\n") in text
+    assert "- medium (3x256):" not in text  # dat learned from it
+    # a family on fewer rungs than a curve needs is named, with the rungs it has
+    dat = {k: res.pop(k) for k in ("student.dat.tiny.beam", "student.dat.small.beam")}
+    text = "\n".join(ladder_section(cfg, res, tmp_path, {}))
+    assert "| dat |" not in text
+    assert "- dat: a student on 1 of the 4 teachers' sets, its curve drawn from 2.\n" in text
+    res.update(dat)
     del res["student.dat.medium.beam"]
     text = "\n".join(ladder_section(cfg, res, tmp_path, {}))
     assert "- medium (3x256): no student has trained on its beam set.\n" in text

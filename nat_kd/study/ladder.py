@@ -120,12 +120,13 @@ def ladder_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
                if len(values) >= 3 and len(set(values)) > 1 else "")
         verdicts.append(f"- {label} of each family's peak set, weakest first: {shown}: "
                         f"{'rises' if rising else 'does not rise'} with the student's strength{rho}.\n")
-    return [*parts, "".join(verdicts), *_missing_rungs(res, ladder, curves)]
+    return [*parts, "".join(verdicts), *_not_yet(cfg, res, ladder, curves)]
 
 
-def _missing_rungs(res: dict, ladder: list[dict], curves: dict) -> list[str]:
-    """A line naming each rung no family has a student on yet, and the first step it waits for, so that a
-    figure drawn before the ladder is whole says which teacher it lacks."""
+def _not_yet(cfg: StudyConfig, res: dict, ladder: list[dict], curves: dict) -> list[str]:
+    """A line naming each rung no family has a student on yet (with the first step it waits for), each family
+    whose curve is not drawn, and each drawn family's missing rungs, so that a figure drawn before the ladder is
+    whole says what it lacks."""
     lines = []
     for i, r in enumerate(ladder):
         if any(bleu[i] is not None for bleu in curves.values()):
@@ -134,6 +135,15 @@ def _missing_rungs(res: dict, ladder: list[dict], curves: dict) -> list[str]:
                  else "its beam set has not been made" if f"distil.{r['set']}" not in res
                  else "no student has trained on its beam set")
         lines.append(f"- {r['teacher']} ({r['shape']}): {waits}.\n")
+    drawn = [i for i, r in enumerate(ladder) if any(bleu[i] is not None for bleu in curves.values())]
+    for family in cfg.student_families:
+        bleu = curves.get(family) or [res.get(student_step(family, r["set"]), {}).get("test_bleu") for r in ladder]
+        if family not in curves:
+            lines.append(f"- {family}: a student on {sum(b is not None for b in bleu)} of the {len(ladder)} "
+                         f"teachers' sets, its curve drawn from {LADDER_RUNGS}.\n")
+        elif missing := [ladder[i] for i in drawn if bleu[i] is None]:
+            lines.append(f"- {family}: no student yet on the set of "
+                         + ", ".join(f"{r['teacher']} ({r['shape']})" for r in missing) + ".\n")
     return ["**Not yet on the ladder** (the verdicts above are read without them):\n", "".join(lines)] if lines else []
 
 
