@@ -829,6 +829,57 @@ def test_a_rebuilt_file_that_names_the_study_folder_restores_into_another_folder
     assert card_file.read_text() == f"| {tmp_path / 'second'}/work/corpus/checkpoint_best.pt |\n"
 
 
+def test_the_store_keeps_the_results_folder_with_the_study_folder_as_dir(tmp_path):
+    """STORE/results/ is the rendered folder with the study folder written as DIR in its .md and .json (as is and
+    JSON-escaped, not where it is only a longer name's start), the replacements applied first, a figure byte
+    for byte; an unchanged file is not rewritten, and a file the rendering no longer makes goes."""
+    from nat_kd.engine.store import Store
+
+    study = tmp_path / 'my "study'  # a quote, which JSON escapes
+    results = study / "results"
+    (results / "analysis.x").mkdir(parents=True)
+    escaped = json.dumps(str(study))[1:-1]
+    command = f"python -m nat_kd.study ladder --out '{study}' --only a"
+    (results / "results.md").write_text(f"Command: `{command}`\n![f]({study}/results/f.png) {study}2/x {study}\n")
+    (results / "results.json").write_text(json.dumps({"command": command, "dir": f"{study}/work/a"}))
+    (results / "analysis.x" / "report.md").write_text(f"restored from {tmp_path}/store\n")
+    figure = bytes(range(256)) + str(study).encode()
+    (results / "f.png").write_bytes(figure)
+    store = Store(tmp_path / "store", study)
+    replacements = {command: "python -m nat_kd.study ladder --out DIR", json.dumps(command)[1:-1]:
+                    "python -m nat_kd.study ladder --out DIR", str(tmp_path / "store"): "docs/results/x"}
+    kept = store.keep_results(results, replacements)
+    assert kept == tmp_path / "store" / "results"
+    assert (kept / "results.md").read_text() == ("Command: `python -m nat_kd.study ladder --out DIR`\n"
+                                                 f"![f](DIR/results/f.png) {study}2/x DIR\n")
+    assert json.loads((kept / "results.json").read_text()) == {"command": "python -m nat_kd.study ladder --out DIR",
+                                                               "dir": "DIR/work/a"}
+    assert escaped != str(study) and escaped not in (kept / "results.json").read_text()
+    assert (kept / "analysis.x" / "report.md").read_text() == "restored from docs/results/x\n"
+    assert (kept / "f.png").read_bytes() == figure
+    before = {p.name: p.stat().st_mtime_ns for p in kept.rglob("*") if p.is_file()}
+    os.utime(kept / "f.png", ns=(1, 1))
+    shutil.rmtree(results / "analysis.x")
+    store.keep_results(results, replacements)
+    assert (kept / "f.png").stat().st_mtime_ns == 1  # not rewritten
+    assert sorted(p.name for p in kept.rglob("*")) == ["f.png", "results.json", "results.md"]
+    assert {p.name: p.stat().st_mtime_ns for p in kept.rglob("*") if p.is_file()} == {
+        "f.png": 1, "results.md": before["results.md"], "results.json": before["results.json"]}
+
+
+def test_the_results_name_the_command_that_runs_the_study_not_what_one_run_chose():
+    from nat_kd.study.__main__ import study_command
+
+    argv = ["ladder", "--out", "/home/me/ladder", "--only", "teacher.tiny", "--jobs", "1", "--hours=2.5",
+            "--results-only", "--store", "/home/me/repo/docs/results/ladder", "--data-dir=/data/multi30k",
+            "--reuse", "a b.json"]
+    assert study_command(argv) == ("python -m nat_kd.study ladder --out /home/me/ladder --jobs 1 --store "
+                                   "/home/me/repo/docs/results/ladder --data-dir=/data/multi30k --reuse 'a b.json'")
+    assert study_command(argv, {"--out": "DIR", "--store": "docs/results/ladder", "--data-dir": "DATA_DIR"}) == (
+        "python -m nat_kd.study ladder --out DIR --jobs 1 --store docs/results/ladder --data-dir DATA_DIR "
+        "--reuse 'a b.json'")
+
+
 def test_a_stored_file_that_does_not_match_its_record_is_refused_in_one_line(tmp_path):
     from nat_kd.engine.store import StoreError
 

@@ -147,6 +147,13 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
                                                          extra=("--store", str(store)))
     assert (results / "students_vs_teacher_size.png").stat().st_size > 10_000
     section = text.split("## The central figure", 1)[1]
+    # the store keeps the results as rendered, the study folder written as DIR
+    committed = (store / "results" / "results.md").read_text()
+    assert committed.startswith("# Distillation study: profile `ladder-micro`\n\nCommand: `python -m nat_kd.study "
+                                "ladder-micro --out DIR ") and str(out) not in committed
+    assert committed.split("## The central figure", 1)[1] == section.replace(str(out), "DIR")
+    assert (store / "results" / "students_vs_teacher_size.png").read_bytes() == (
+        results / "students_vs_teacher_size.png").read_bytes()
     from nat_kd.study.plan import analysis_result
 
     # each set measured by a step of its own against the same real data

@@ -7,6 +7,9 @@ resumes from it without retraining what those outputs came from.
                              student's hypotheses); the record's "kept" holds the archive's digest and the
                              digest of each file the step's rebuild makes again beside them (a set's bin/;
                              a .json or .md with the study folder written as DIR, as below)
+    STORE/results/           the study's results folder as last rendered (results.md, results.json, the
+                             figures), the study folder written as DIR, so that the page beside it links to
+                             the figure and tables of the steps committed
 
 In a kept .json or .md file (a set's meta.json and card) the study folder is written as DIR too, so that an
 archive does not depend on where its study ran and a set restored elsewhere names its own folder; the record's
@@ -23,6 +26,7 @@ import json
 import logging
 import lzma
 import os
+import re
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +41,7 @@ logger = logging.getLogger("nat_kd.study")
 PLACEHOLDER = "DIR"  # the study folder, in a stored record
 MAX_FILE_BYTES = 2 * 1024 * 1024  # an archive larger than this is not kept (a repository is no data store)
 MAX_STORE_BYTES = 30 * 1024 * 1024  # a warning past this, for the whole store
+RESULTS = "results"  # STORE/results/
 
 
 class StoreError(NatKdError):
@@ -97,6 +102,16 @@ def _archive(folder: Path, files: list[Path], study: Path) -> tuple[bytes, list[
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             tar.addfile(info, io.BytesIO(data))
     return lzma.compress(buffer.getvalue(), preset=9 | lzma.PRESET_EXTREME), relocated
+
+
+def _relocated_text(text: str, study: Path, replacements: dict[str, str]) -> str:
+    """``text`` with each key of ``replacements`` (exact text) written as its value, then the study folder as DIR
+    wherever it stands as a whole path or a path's start (as is and as JSON escapes it)."""
+    for old, new in replacements.items():
+        text = text.replace(old, new)
+    for root in dict.fromkeys((str(study), json.dumps(str(study))[1:-1])):
+        text = re.sub(re.escape(root) + r"(?![\w.-])", PLACEHOLDER, text)
+    return text
 
 
 class Store:
@@ -169,6 +184,28 @@ class Store:
         if total > MAX_STORE_BYTES:
             logger.warning("the store %s holds %.1f MB, over the %d MB a study's store should", self.root,
                            total / 2**20, MAX_STORE_BYTES // 2**20)
+
+    def keep_results(self, results: Path, replacements: dict[str, str]) -> Path:
+        """Copy the study's rendered ``results`` folder into STORE/results/: its .md and .json files relocated
+        (_relocated_text: ``replacements`` such as the command as the committed page shows it, then the study
+        folder as DIR), the figures byte for byte. Unchanged files are not rewritten and each file is replaced
+        whole; a file the rendering no longer makes is removed. Returns STORE/results/."""
+        target, made = self.root / RESULTS, set()
+        for path in sorted(p for p in results.rglob("*") if p.is_file()):
+            name = path.relative_to(results)
+            made.add(name)
+            data = path.read_bytes()
+            if path.suffix in RELOCATED_SUFFIXES:
+                data = _relocated_text(data.decode("utf-8"), self.study, replacements).encode("utf-8")
+            if not (target / name).is_file() or (target / name).read_bytes() != data:
+                with atomic.replacing(target / name) as tmp:
+                    tmp.write_bytes(data)
+        for path in [p for p in target.rglob("*") if p.is_file() and p.relative_to(target) not in made]:
+            path.unlink()
+        for folder in sorted((p for p in target.rglob("*") if p.is_dir()), reverse=True):  # deepest first
+            if not any(folder.iterdir()):
+                folder.rmdir()
+        return target
 
     def restore(self, stored: dict, work: Path, results: dict, rebuild: Callable[[Path, dict], None] | None) -> None:
         """Unpack the stored record's archive into ``work`` (replaced whole), rebuild the rest from the

@@ -8,6 +8,7 @@ Per-step logs are in OUT/logs/, step records in OUT/steps/, models and data in O
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from nat_kd.engine.curve import progress_note
 from nat_kd.engine.devices import DEVICES, Devices
 from nat_kd.engine.estimate import hours
 from nat_kd.engine.runner import Runner, needed
+from nat_kd.engine.store import PLACEHOLDER
 
 
 def main(argv=None) -> int:
@@ -79,10 +81,29 @@ def main(argv=None) -> int:
     return run(lambda: _study(args, argv), resumable=True)
 
 
+RUN_OPTIONS = {"--only": True, "--hours": True, "--results-only": False}  # what runs now; True: takes a value
+
+
+def study_command(argv: list[str], shown: dict[str, str] | None = None) -> str:
+    """The command that runs the study: this run's arguments less those that choose what runs now (RUN_OPTIONS),
+    since results.md describes the study, not one run of it; ``shown``: options whose value is written otherwise
+    (the committed copy's ``--out DIR``)."""
+    shown, kept, args = shown or {}, [], iter(argv)
+    for arg in args:
+        option, equals, _ = arg.partition("=")
+        if option in RUN_OPTIONS or option in shown:
+            if not equals and RUN_OPTIONS.get(option, True):
+                next(args, None)  # the option's value
+            kept += [option, shown[option]] if option in shown else []
+        else:
+            kept.append(arg)
+    return "python -m nat_kd.study " + " ".join(shlex.quote(a) for a in kept)
+
+
 def _study(args, argv) -> int:
     from nat_kd.engine.steps import settings_as_read  # imports fairseq
     from .plan import build_plan
-    from .released_sets import write_sets_page
+    from .released_sets import path_in_checkout, write_sets_page
     from .results import write_results  # imports matplotlib
 
     check_launcher_arguments(args)
@@ -131,14 +152,18 @@ def _study(args, argv) -> int:
         records = run_stoppable(runner, planned, launcher)
         if args.only:  # the results show every step done, not only those run now (and no record of old inputs)
             records = runner.current_records(steps)
-    # the command that runs the study, also when --results-only re-renders it: results.md describes the study
-    command = "python -m nat_kd.study " + " ".join(
-        shlex.quote(a) for a in (argv or sys.argv[1:]) if a != "--results-only")
+    command = study_command(argv or sys.argv[1:])
     states = runner.states(steps)
     pending = {s.name: progress_note(out / "work" / s.name) if states[s.name] == "begun" else ""
                for s in steps if s.name not in records}
     paths = write_results(cfg, records, out / "results", command, pending)
     if runner.store is not None:
+        shown_store = path_in_checkout(runner.store.root, args.store)
+        committed = study_command(argv or sys.argv[1:], {"--out": PLACEHOLDER, "--store": shown_store,
+                                                          "--data-dir": "DATA_DIR"})
+        runner.store.keep_results(paths["markdown"].parent, {
+            command: committed, json.dumps(command)[1:-1]: json.dumps(committed)[1:-1],
+            str(runner.store.root.resolve()): shown_store})
         page = write_sets_page(cfg, runner.store, args.store, args.config)
         if page is not None:
             print(f"the store's distilled sets: {page}")
