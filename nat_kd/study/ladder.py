@@ -120,6 +120,12 @@ def ladder_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
                if len(values) >= 3 and len(set(values)) > 1 else "")
         verdicts.append(f"- {label} of each family's peak set, weakest first: {shown}: "
                         f"{'rises' if rising else 'does not rise'} with the student's strength{rho}.\n")
+    # a peak on the largest teacher a family has, with larger ones on the ladder not measured, may move up
+    open_ended = [f for f, bleu in curves.items() if peaks[f][0] == max(i for i, b in enumerate(bleu) if b is not None)
+                  and any(b is None for b in bleu[peaks[f][0] + 1:])]
+    if verdicts and open_ended:
+        verdicts.append(f"- {', '.join(open_ended)}: the peak is the largest teacher's set with a student, and the "
+                        "larger teachers' are not measured yet: the peak may lie further up the ladder.\n")
     return [*parts, "".join(verdicts), *_not_yet(cfg, res, ladder, curves)]
 
 
