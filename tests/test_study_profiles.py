@@ -253,9 +253,14 @@ def test_ladder_micro_profile_draws_the_central_figure_and_resumes(tmp_path, cap
     # a set is measured without the other rungs: tiny's analysis needs neither the small teacher nor its set
     solo = tmp_path / "solo"
     capsys.readouterr()
+    committed = (store / "results" / "results.md").read_text()
     assert main(["ladder-micro", "--out", str(solo), "--data-dir", corpus, "--store", str(store),
                  "--only", "analysis.distil.tiny.beam"]) == 0
-    assert "ran 2 step(s), 2 already done" in capsys.readouterr().out  # prepare and the analysis; tiny's restored
+    printed = capsys.readouterr().out
+    assert "ran 2 step(s), 2 already done" in printed  # prepare and the analysis; tiny's restored
+    # a folder with fewer steps than the store leaves the store's results as they were
+    assert "the store's results/ left as they are: " in printed
+    assert (store / "results" / "results.md").read_text() == committed
 
     def measures(step_folder):  # the rows less the paths of the files they were read from
         rows = json.loads((step_folder / "analysis.distil.tiny.beam.json").read_text())["result"]["rows"]

@@ -159,11 +159,18 @@ def _study(args, argv) -> int:
     paths = write_results(cfg, records, out / "results", command, pending)
     if runner.store is not None:
         shown_store = path_in_checkout(runner.store.root, args.store)
-        committed = study_command(argv or sys.argv[1:], {"--out": PLACEHOLDER, "--store": shown_store,
-                                                          "--data-dir": "DATA_DIR"})
-        runner.store.keep_results(paths["markdown"].parent, {
-            command: committed, json.dumps(command)[1:-1]: json.dumps(committed)[1:-1],
-            str(runner.store.root.resolve()): shown_store})
+        # a folder that lacks steps the store has (one set restored into a folder of your own) would replace the
+        # committed results with fewer
+        lacking = sorted(set(runner.store.records()) & {s.name for s in steps} - set(records))
+        if lacking:
+            print(f"the store's results/ left as they are: {len(lacking)} of the store's steps are not done in "
+                  f"this folder ({', '.join(lacking[:3])}{', ...' if len(lacking) > 3 else ''})")
+        else:
+            committed = study_command(argv or sys.argv[1:], {"--out": PLACEHOLDER, "--store": shown_store,
+                                                              "--data-dir": "DATA_DIR"})
+            runner.store.keep_results(paths["markdown"].parent, {
+                command: committed, json.dumps(command)[1:-1]: json.dumps(committed)[1:-1],
+                str(runner.store.root.resolve()): shown_store})
         page = write_sets_page(cfg, runner.store, args.store, args.config)
         if page is not None:
             print(f"the store's distilled sets: {page}")
