@@ -1521,17 +1521,18 @@ def test_the_ladder_section_reads_the_papers_two_claims_from_the_curves(tmp_path
     cfg = replace(cfg, student_seeds=(2,), seed_sets={"nat": ("small.beam", "medium.beam")})
     res = _ladder_records({"nat": [17.0, 19.5, 19.0, 16.5], "glat": [16.0, 18.0, 18.6, 18.4],
                            "dat": [26.0, 27.0, 27.5, 28.0]},
-                          seeds={("nat", "small.beam"): 19.1, ("nat", "medium.beam"): 19.6})
+                          seeds={("nat", "small.beam"): 19.1, ("nat", "medium.beam"): 19.8})
     paths = {}
     text = "\n".join(ladder_section(cfg, res, tmp_path, paths))
     assert paths["ladder_figure"].stat().st_size > 10_000
     assert "| nat | 17.00 | **19.50** | 19.00 | 16.50 | 15.00 | small |" in text
     assert "| dat | 26.00 | 27.00 | 27.50 | **28.00** | 15.00 | base |" in text
     assert "| teacher's own test BLEU | 25.10 | 35.30 | 34.50 | 36.00 |" in text
-    # nat's pooled seed sd: sqrt(((19.5-19.1)^2/2 + (19.0-19.6)^2/2) / 2) = sqrt((0.08 + 0.18) / 2) = 0.3606;
-    # 2 sd of a difference: 2 * sqrt(2) * 0.3606 = 1.02
+    # nat's pooled seed sd: sqrt(((19.5-19.1)^2/2 + (19.0-19.8)^2/2) / 2) = sqrt((0.08 + 0.32) / 2) = 0.4472;
+    # 2 sd of a difference: 2 * sqrt(2) * 0.4472 = 1.26; the seeds' means: small 19.30, medium 19.40
     assert ("- nat: rises then falls: +2.50 from the smallest teacher, -3.00 to the largest; beyond 2 seed sd of a "
-            "difference (1.02) on both sides (pooled seed sd 0.36).") in text
+            "difference (1.26) on both sides; the means of its seeds: small 19.30 (2), medium 19.40 (2), the highest "
+            "of them on medium (pooled seed sd 0.45).") in text
     assert "- glat: rises then falls: +2.60 from the smallest teacher, -0.20 to the largest." in text
     assert "- dat: rises to the largest teacher." in text
     assert "further up the ladder" not in text  # dat's peak is the top of a whole ladder
@@ -1568,11 +1569,16 @@ def test_the_ladder_section_reads_the_papers_two_claims_from_the_curves(tmp_path
     res["distil.medium.beam"] = {"bleu": 40.0}
     for family in ("nat", "glat"):
         del res[f"student.{family}.medium.beam"]
+    res["student.nat.small.beam.seed2"] = {"test_bleu": 19.1}
     paths = {}
     text = "\n".join(ladder_section(cfg, res, tmp_path, paths))
     assert paths["ladder_figure"].stat().st_size > 10_000
     assert "| dat | 26.00 | **27.00** | 26.50 | - | 15.00 | small |" in text
-    # nat and glat peak on the small set, the largest they have: their peaks may move up; dat's falls after it
+    # nat and glat peak on the small set, the largest they have: their peaks may move up; dat's falls after it.
+    # nat's lead over the tiny set against its one set with two seeds: sd sqrt(0.08) = 0.283, 2 sd of a
+    # difference 0.80
+    assert ("- nat: rises to the largest teacher; its lead over the next rung, +2.50, beyond 2 seed sd of a "
+            "difference (0.80) (pooled seed sd 0.28).") in text
     assert ("- nat, glat: the peak is the largest teacher's set with a student, and the larger teachers' are not "
             "measured yet: the peak may lie further up the ladder.\n") in text
     assert ("**Not yet on the ladder** (the verdicts above are read without them):\n\n"

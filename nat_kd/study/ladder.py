@@ -63,7 +63,12 @@ def _shape_of_curve(bleu: list[float | None], noise: float | None) -> tuple[int,
         return peak, f"is flat: {first[1]:.2f} on every teacher's set"
     if peak in (first[0], last[0]):
         words = "falls from the smallest teacher on" if peak == first[0] else "rises to the largest teacher"
-        return peak, words
+        neighbour = points[1] if peak == first[0] else points[-2]
+        lead = bleu[peak] - neighbour[1]
+        beyond = "" if noise is None else (f"; its lead over the next rung, +{lead:.2f}, "
+                                           f"{'beyond' if lead > noise else 'within'} 2 seed sd of a difference "
+                                           f"({noise:.2f})")
+        return peak, words + beyond
     left, right = bleu[peak] - first[1], bleu[peak] - last[1]
     beyond = "" if noise is None else (f"; beyond 2 seed sd of a difference ({noise:.2f}) on "
                                        + {(True, True): "both sides", (True, False): "the rising side only",
@@ -97,6 +102,12 @@ def ladder_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
                  for i, b in enumerate(bleu)]
         real = res.get(student_step(family, "real"), {}).get("test_bleu")
         rows.append([family, *cells, cell(real, ".2f"), ladder[peak]["teacher"]])
+        means = [(r["teacher"], statistics.mean(spread[r["set"]]), len(spread[r["set"]]))
+                 for r in ladder if r["set"] in spread]
+        if len(means) >= 2:  # the shape a single seed draws can be the seed's
+            best = max(means, key=lambda m: m[1])[0]
+            peaks[family] = (peak, words + "; the means of its seeds: " + ", ".join(
+                f"{t} {m:.2f} ({n})" for t, m, n in means) + f", the highest of them on {best}", sd)
     teacher_row = ["teacher's own test BLEU", *[cell(r["test_bleu"], ".2f") for r in ladder], "", ""]
     measure_rows = [[label, *[cell(r[key], ".3f") for r in ladder], "", ""] for key, label in COMPLEXITY]
     parts = ["## The central figure: students on the beam sets of teachers of rising size\n",
