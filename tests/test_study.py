@@ -1648,6 +1648,21 @@ def test_sets_of_several_references_and_the_sets_each_family_learns_from(tmp_pat
     assert steps["student.glat_ctc.ddrs"].deps == ["prepare", "references.ddrs"]
 
 
+def test_the_sets_table_names_how_a_set_of_several_references_and_a_union_are_made(tmp_path):
+    from nat_kd.study.central_table import _rows
+    from nat_kd.study.results import decoding_table
+
+    text = MINIMAL + SEVERAL + '[students]\nfamilies = ["glat_ctc"]\n'
+    cfg = study_config.load(_write(tmp_path, text))
+    res = {"analysis": {"rows": [{"name": n, "complexity": 0.7} for n in ("real", "a.beam", "b.beam", "union")]}}
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]]
+            for line in decoding_table(cfg, res).splitlines()[2:]}
+    assert rows["ddrs"] == ["a, b", "2 references a line (a.beam, b.beam), ddrs"]
+    assert rows["ddrs-mean"] == ["a, b", "2 references a line (a.beam, b.beam), per-token-mean"]
+    assert rows["union"] == ["a, b", "union of a.beam, b.beam"]
+    assert {r["label"]: r["strategy"] for r in _rows(cfg, res)}["union"] == "union of a.beam, b.beam"
+
+
 @pytest.mark.parametrize("extra, message", [
     ('[students]\nfamilies = ["nat"]\n', "[students]: nat students take one reference a sentence, not the set(s) "
                                          "ddrs, ddrs-mean: give them their own sets"),

@@ -146,7 +146,8 @@ def p_value_cell(p: float) -> str:
 def _rows(cfg: StudyConfig, res: dict) -> list[dict]:
     """One row a training set that has an analysis row: its measures and its student's results."""
     analysis = {row["name"]: row for row in res.get("analysis", {}).get("rows", [])}
-    strategies = {d.name: d.strategy for d in cfg.distilled} | {m.name: f"mix of {m.of}" for m in cfg.mixes}
+    strategies = ({d.name: d.strategy for d in cfg.distilled} | {m.name: f"mix of {m.of}" for m in cfg.mixes}
+                  | {r.name: r.description() for r in cfg.references})
     family, out = _family(cfg), []
     for label in cfg.data_labels():
         if label not in analysis:

@@ -75,6 +75,11 @@ class ReferencesSpec:
     ddrs_max_update: int | None = None
     ddrs_save_interval_updates: int | None = None
 
+    def description(self) -> str:
+        """How the set is made, as the results' tables name a training set's decoding."""
+        sets = ", ".join(self.of)
+        return f"union of {sets}" if self.union else f"{len(self.of)} references a line ({sets}), {self.selection}"
+
     def criterion(self) -> dict:
         """The student's multi_reference_nat_loss settings (flag names with underscores)."""
         ddrs = {k: getattr(self, k) for k in ("ddrs_max_update", "ddrs_save_interval_updates")

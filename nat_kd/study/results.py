@@ -53,9 +53,10 @@ def decoding_table(cfg: StudyConfig, res: dict) -> str:
         replaced = made.get("replaced")
         mixes.append((m.name, teachers[m.of], f"mix of {m.of}" + ("" if replaced is None else
                                                                f" ({replaced:,} lines replaced)")))
+    several = [(r.name, ", ".join(dict.fromkeys(teachers[s] for s in r.of)), r.description()) for r in cfg.references]
     rows, columns = [], shown(DECODING)
     for name, teacher, strategy in ([("real", "-", "reference")] + [(d.name, d.teacher, d.strategy)
-                                                                    for d in cfg.distilled] + mixes):
+                                                                    for d in cfg.distilled] + mixes + several):
         a, d = analysis.get(name, {}), res.get(f"distil.{name}", {})
         rows.append([name, teacher, strategy, *(cell(a.get(m.name), column.format) for m, column in columns),
                      cell(d.get("sentences_per_second"), ".1f")])
