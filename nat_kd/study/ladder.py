@@ -77,6 +77,18 @@ def _shape_of_curve(bleu: list[float | None], noise: float | None) -> tuple[int,
     return peak, f"rises then falls: +{left:.2f} from the smallest teacher, -{right:.2f} to the largest{beyond}"
 
 
+def _seed_means(ladder: list[dict], spread: dict[str, list[float]]) -> str:
+    """A family's mean test BLEU over its seeds on each rung with two or more (``spread``: set -> the seeds'),
+    where two rungs have them: the shape a single seed draws can be the seed's."""
+    means = [(r["teacher"], statistics.mean(spread[r["set"]]), len(spread[r["set"]])) for r in ladder
+             if r["set"] in spread]
+    if len(means) < 2:
+        return ""
+    best = max(means, key=lambda m: m[1])[0]
+    return ("; the means of its seeds: " + ", ".join(f"{t} {m:.2f} ({n})" for t, m, n in means)
+            + f", the highest of them on {best}")
+
+
 def ladder_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[str]:
     """Markdown parts; [] without a ladder of LADDER_RUNGS teachers of distinct sizes that a family learned
     from."""
@@ -94,7 +106,7 @@ def ladder_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
         spread = {label: v for label, v in seed_spread(cfg, res, family).items() if len(v) > 1}
         sd = pooled_sd(spread)
         peak, words = _shape_of_curve(bleu, 2 * sd * 2 ** 0.5 if sd else None)
-        peaks[family] = (peak, words, sd)
+        peaks[family] = (peak, words + _seed_means(ladder, spread), sd)
         students = {r["set"]: res[student_step(family, r["set"])] for r, b in zip(ladder, bleu) if b is not None}
         p = p_values_against(cfg, res, students, ladder[peak]["set"])
         cells = [("**" + cell(b, ".2f") + "**") if i == peak else cell(b, ".2f")
@@ -102,12 +114,6 @@ def ladder_section(cfg: StudyConfig, res: dict, out: Path, paths: dict) -> list[
                  for i, b in enumerate(bleu)]
         real = res.get(student_step(family, "real"), {}).get("test_bleu")
         rows.append([family, *cells, cell(real, ".2f"), ladder[peak]["teacher"]])
-        means = [(r["teacher"], statistics.mean(spread[r["set"]]), len(spread[r["set"]]))
-                 for r in ladder if r["set"] in spread]
-        if len(means) >= 2:  # the shape a single seed draws can be the seed's
-            best = max(means, key=lambda m: m[1])[0]
-            peaks[family] = (peak, words + "; the means of its seeds: " + ", ".join(
-                f"{t} {m:.2f} ({n})" for t, m, n in means) + f", the highest of them on {best}", sd)
     teacher_row = ["teacher's own test BLEU", *[cell(r["test_bleu"], ".2f") for r in ladder], "", ""]
     measure_rows = [[label, *[cell(r[key], ".3f") for r in ladder], "", ""] for key, label in COMPLEXITY]
     parts = ["## The central figure: students on the beam sets of teachers of rising size\n",
