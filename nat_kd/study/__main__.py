@@ -152,7 +152,8 @@ def _study(args, argv) -> int:
         records = run_stoppable(runner, planned, launcher)
         if args.only:  # the results show every step done, not only those run now (and no record of old inputs)
             records = runner.current_records(steps)
-    command = study_command(argv or sys.argv[1:])
+    given = argv or sys.argv[1:]
+    command = study_command(given)
     states = runner.states(steps)
     pending = {s.name: progress_note(out / "work" / s.name) if states[s.name] == "begun" else ""
                for s in steps if s.name not in records}
@@ -166,8 +167,7 @@ def _study(args, argv) -> int:
             print(f"the store's results/ left as they are: {len(lacking)} of the store's steps are not done in "
                   f"this folder ({', '.join(lacking[:3])}{', ...' if len(lacking) > 3 else ''})")
         else:
-            committed = study_command(argv or sys.argv[1:], {"--out": PLACEHOLDER, "--store": shown_store,
-                                                              "--data-dir": "DATA_DIR"})
+            committed = study_command(given, {"--out": PLACEHOLDER, "--store": shown_store, "--data-dir": "DATA_DIR"})
             runner.store.keep_results(paths["markdown"].parent, {
                 command: committed, json.dumps(command)[1:-1]: json.dumps(committed)[1:-1],
                 str(runner.store.root.resolve()): shown_store})
