@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import platform
+from pathlib import Path
 
 
 def available_cores() -> int:
@@ -10,3 +12,18 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def hardware() -> dict:
+    """The CPU model, the cores this process may use, the first GPU and the software versions: what a wall
+    time was measured on."""
+    import torch
+
+    from nat_kd import __version__
+
+    cpuinfo = Path("/proc/cpuinfo")
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if cpuinfo.exists() else platform.processor()
+    return {"cpu": cpu, "cores": available_cores(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "python": platform.python_version(), "torch": torch.__version__, "nat_kd": __version__}

@@ -367,6 +367,28 @@ def test_records_say_how_the_steps_ran_and_the_results_report_it(tmp_path):
                                  "rest in the driver's process")
 
 
+def test_records_name_the_machine_and_the_results_say_where_the_steps_ran(tmp_path):
+    """A study resumed on other machines ran on several: the results' hardware line comes from the step records,
+    not from the machine that renders the page; a GPU is named only for the steps that ran on it."""
+    from nat_kd.machine import hardware
+    from nat_kd.study.results import _hardware_line
+
+    calls = []
+    Runner(tmp_path, jobs=1, threads=1).run([_step("x", "1", calls)])
+    x = json.loads((tmp_path / "steps" / "x.json").read_text())
+    here = hardware()
+    assert x["hardware"] == here
+    xeon = dict(x, hardware={"cpu": "Xeon", "cores": 2, "gpu": None}, device="cpu")
+    epyc = dict(x, hardware={"cpu": "EPYC", "cores": 16, "gpu": "H200"}, device="cuda:0")
+    epyc_cpu = dict(epyc, device="cpu")  # the GPU was there, the step did not use it
+    old = {k: v for k, v in x.items() if k != "hardware"}
+    line = _hardware_line([xeon, epyc, old, xeon, epyc_cpu, old])
+    assert line == ("the steps ran on Xeon, 2 cores (2 steps); EPYC, 16 cores, H200 (1 step); EPYC, 16 cores "
+                    "(1 step); a machine not named for 2 steps (records written before the records named it); "
+                    f"rendered on {json.dumps(here)}")
+    assert _hardware_line([]) == f"no step has run; rendered on {json.dumps(here)}"
+
+
 def test_runner_runs_independent_steps_side_by_side(tmp_path):
     import threading
 

@@ -27,6 +27,7 @@ from nat_kd import atomic
 from nat_kd.errors import NatKdError
 from nat_kd.hashing import sha256_files, sha256_json
 from nat_kd.launch.settings import Resources
+from nat_kd.machine import hardware
 
 from .devices import CPU, Devices
 from .estimate import Estimates
@@ -264,7 +265,7 @@ def execute(root: Path, step: Step, fingerprint: str, results: dict, *, jobs: in
               "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
               # what the wall time was measured under (--jobs and --threads may override the config's)
               "jobs": jobs, "threads": threads, "device": device or ("cuda" if context.gpus else CPU),
-              **(extra or {}), "result": result}
+              "hardware": hardware(), **(extra or {}), "result": result}
     atomic.write_json(root / "steps" / f"{step.name}.json", record)
     return record
 

@@ -6,12 +6,11 @@ steps that are done; missing pieces (a step not run yet) show as '-'.
 from __future__ import annotations
 
 import json
-import platform
 import shutil
 from pathlib import Path
 
-from nat_kd import __version__, atomic
-from nat_kd.machine import available_cores
+from nat_kd import atomic
+from nat_kd.machine import hardware
 from nat_kd.markdown import cell, table
 from nat_kd.analysis.metrics import shown
 from nat_kd.analysis.metrics.base import DECODING
@@ -280,21 +279,33 @@ def analysis_figure(cfg: StudyConfig, res: dict, path: Path) -> None:
     save_figure(fig, path)
 
 
-def hardware() -> dict:
-    import torch
-
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"cpu": cpu, "cores": available_cores(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-            "python": platform.python_version(), "torch": torch.__version__, "nat_kd": __version__}
-
-
 def _corpus_line(cfg: StudyConfig) -> str:
     if cfg.corpus is None:
         limit = f", first {cfg.train_limit} training pairs" if cfg.train_limit else ""
         return f"Multi30k {cfg.src}-{cfg.tgt}{limit}"
     return f"{cfg.src}-{cfg.tgt}, " + ", ".join(f"{key} `{value}`" for key, value in cfg.corpus.items())
+
+
+def _hardware_line(records) -> str:
+    """Where the steps ran, from their records (a study resumed on other machines ran on several), and the
+    machine that rendered the page."""
+    machines: dict[str, int] = {}
+    unrecorded = 0
+    for record in records:
+        if "hardware" not in record:
+            unrecorded += 1
+            continue
+        hw = record["hardware"]
+        name = f"{hw['cpu']}, {hw['cores']} core{'s' if hw['cores'] > 1 else ''}" + (
+            f", {hw['gpu']}" if hw.get("gpu") and str(record.get("device")).startswith("cuda") else "")
+        machines[name] = machines.get(name, 0) + 1
+    ran = [f"{name} ({count} step{'s' if count > 1 else ''})"
+           for name, count in sorted(machines.items(), key=lambda item: -item[1])]
+    if unrecorded:
+        ran.append(f"a machine not named for {unrecorded} step{'s' if unrecorded > 1 else ''} (records "
+                   "written before the records named it)")
+    return (f"the steps ran on {'; '.join(ran)}" if ran else "no step has run") + \
+        f"; rendered on {json.dumps(hardware())}"
 
 
 def _layout(records) -> str:
@@ -401,7 +412,7 @@ def _header(cfg: StudyConfig, records: dict, command: str, pending: dict[str, st
         f"# Distillation study: profile `{cfg.name}`\n",
         f"Command: `{command}`  \nConfig: [`config.toml`](config.toml) (copied from `{_shown_path(cfg.source)}`).  \n"
         f"Corpus: {_corpus_line(cfg)}.  \n"
-        f"Hardware: {json.dumps(hardware())}.  \n"
+        f"Hardware: {_hardware_line(records.values())}.  \n"
         f"Total step time: {sum(walls) / 60:.1f} min over {len(walls)} steps "
         f"({_layout(records.values())}).\n",
         *([f"**Partial results**: {len(records)} of {len(records) + len(pending)} steps done; still to run: "
