@@ -36,10 +36,22 @@ def verdict(first_seed: float, means: float, p: float | None) -> str:
     return "better than plain KD" if means > 0 else "worse than plain KD"
 
 
-def _seeds(cfg: StudyConfig, res: dict, family: str, label: str) -> list[float]:
-    """The test BLEU of each seed trained so far, seed 1 first; [] until seed 1 has one."""
-    scores = [res.get(student_step(family, label, seed), {}).get("test_bleu") for seed in (1, *cfg.student_seeds)]
-    return [s for s in scores if s is not None] if scores[0] is not None else []
+def _seeds(cfg: StudyConfig, res: dict, family: str, label: str) -> dict[int, float]:
+    """The test BLEU of each seed trained so far, seed 1 first; {} until seed 1 has one."""
+    scores = {seed: res.get(student_step(family, label, seed), {}).get("test_bleu")
+              for seed in (1, *cfg.student_seeds)}
+    return {seed: s for seed, s in scores.items() if s is not None} if scores[1] is not None else {}
+
+
+def _difference(ours: dict[int, float], theirs: dict[int, float]) -> tuple[float, str]:
+    """The difference of the means over the seeds both have (a seed trained on one side alone would move its
+    mean by that seed's luck), and its cell, which names those seeds where either side has more."""
+    shared = [seed for seed in ours if seed in theirs]
+    difference = statistics.mean(ours[s] for s in shared) - statistics.mean(theirs[s] for s in shared)
+    cell = f"{difference:+.2f}"
+    if len(shared) < len({*ours, *theirs}):
+        cell += f" (seed{'s' if len(shared) > 1 else ''} {', '.join(map(str, shared))}, which both have)"
+    return difference, cell
 
 
 def _outputs(res: dict, family: str, label: str) -> list[str] | None:
@@ -72,10 +84,10 @@ def kd_methods_section(cfg: StudyConfig, res: dict) -> list[str]:
         p_values = _p_values(res, family, scored, references)
         for method, plain in scored.items():
             ours, theirs, p = seeds[method], seeds[plain], p_values.get(method)
-            difference = statistics.mean(ours) - statistics.mean(theirs)
-            body.append([family, method, plain, ", ".join(f"{x:.2f}" for x in ours),
-                         ", ".join(f"{x:.2f}" for x in theirs), f"{difference:+.2f}",
-                         "-" if p is None else p_value_cell(p), verdict(ours[0] - theirs[0], difference, p)])
+            difference, difference_cell = _difference(ours, theirs)
+            body.append([family, method, plain, ", ".join(f"{x:.2f}" for x in ours.values()),
+                         ", ".join(f"{x:.2f}" for x in theirs.values()), difference_cell,
+                         "-" if p is None else p_value_cell(p), verdict(ours[1] - theirs[1], difference, p)])
     if not body:
         return []
     return ["## Does each KD method beat plain KD? (test BLEU against the same family on the plain set)\n",
@@ -83,4 +95,5 @@ def kd_methods_section(cfg: StudyConfig, res: dict) -> list[str]:
                    "difference of the means", "paired bootstrap p", "verdict"], body),
             f"p: sacrebleu's paired bootstrap ({BOOTSTRAP_SAMPLES} resamples) of the seed-1 students' test outputs "
             "('-' where one is not on this machine). A method is better or worse than plain KD where p < "
-            f"{SIGNIFICANCE} and the seeds' means differ the same way; otherwise no difference is shown.\n"]
+            f"{SIGNIFICANCE} and the seeds' means differ the same way; otherwise no difference is shown. The means "
+            "are over the seeds both students have.\n"]

@@ -299,13 +299,12 @@ def _hardware_line(records) -> str:
         name = f"{hw['cpu']}, {hw['cores']} core{'s' if hw['cores'] > 1 else ''}" + (
             f", {hw['gpu']}" if hw.get("gpu") and str(record.get("device")).startswith("cuda") else "")
         machines[name] = machines.get(name, 0) + 1
-    ran = [f"{name} ({count} step{'s' if count > 1 else ''})"
+    ran = [f"{name}: {count} step{'s' if count > 1 else ''}"
            for name, count in sorted(machines.items(), key=lambda item: -item[1])]
     if unrecorded:
-        ran.append(f"a machine not named for {unrecorded} step{'s' if unrecorded > 1 else ''} (records "
-                   "written before the records named it)")
-    return (f"the steps ran on {'; '.join(ran)}" if ran else "no step has run") + \
-        f"; rendered on {json.dumps(hardware())}"
+        ran.append("not named (records written before they named it): "
+                   f"{unrecorded} step{'s' if unrecorded > 1 else ''}")
+    return f"steps by machine: {'; '.join(ran) or 'none run'}; rendered on {json.dumps(hardware())}"
 
 
 def _layout(records) -> str:
