@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
+import subprocess
 from pathlib import Path
 
 
@@ -12,6 +14,21 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def _first_gpu() -> str | None:
+    """The first GPU's name from nvidia-smi, not from torch: torch.cuda.get_device_name initialises CUDA in this
+    process, and a study's driver forks its job servers after a step's record is written (a forked child cannot
+    use CUDA then)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        names = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                               timeout=30).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return names[0].strip() or None
 
 
 def hardware() -> dict:
@@ -24,6 +41,5 @@ def hardware() -> dict:
     cpuinfo = Path("/proc/cpuinfo")
     cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
                 if line.startswith("model name")), platform.processor()) if cpuinfo.exists() else platform.processor()
-    return {"cpu": cpu, "cores": available_cores(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    return {"cpu": cpu, "cores": available_cores(), "gpu": _first_gpu(),
             "python": platform.python_version(), "torch": torch.__version__, "nat_kd": __version__}

@@ -388,6 +388,20 @@ def test_records_name_the_machine_and_the_results_say_where_the_steps_ran(tmp_pa
     assert _hardware_line([]) == f"steps by machine: none run; rendered on {json.dumps(here)}"
 
 
+def test_the_machine_names_its_gpu_from_nvidia_smi_without_initialising_cuda(tmp_path, monkeypatch):
+    """nvidia-smi's query output, as it prints it (one GPU a line); no nvidia-smi: no GPU."""
+    from nat_kd.machine import hardware
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$1" = "--query-gpu=name" ] && printf "NVIDIA H200\\nNVIDIA H200\\n"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert hardware()["gpu"] == "NVIDIA H200"
+    smi.unlink()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert hardware()["gpu"] is None
+
+
 def test_runner_runs_independent_steps_side_by_side(tmp_path):
     import threading
 
