@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from fairseq_plugins.models.glancing import glance_count, glance_ratio, glancing_mask
+from fairseq_plugins.models.glancing import glance_count, glance_ratio, glancing_mask, predicted_tokens
 
 
 def test_ratio_anneals_linearly_then_stays():
@@ -30,6 +30,14 @@ def test_count_rounds_half_up_like_the_da_transformer():
     hamming = torch.tensor([0, 4, 5, 6, 14, 16])
     assert glance_count(hamming, 0.1, round_half_up=True).tolist() == [0, 0, 1, 1, 1, 2]
     assert glance_count(hamming, 0.1).tolist() == [0, 0, 0, 0, 1, 1]
+
+
+def test_predicted_tokens_are_argmax_over_the_vocabulary_first_on_a_tie():
+    scores = torch.tensor([[[0.0, 3.0, 3.0, -1.0], [2.0, 2.0, 0.0, 2.0]],
+                           [[-5.0, -4.0, -6.0, -4.5], [1.0, 0.0, 0.0, 7.0]]])
+    assert predicted_tokens(scores).tolist() == [[1, 0], [1, 3]]
+    noisy = torch.randn(3, 5, 50, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(predicted_tokens(noisy), noisy.argmax(-1))
 
 
 def test_mask_reveals_exact_counts_among_candidates_only():

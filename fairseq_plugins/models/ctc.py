@@ -21,7 +21,8 @@ from fairseq.models import register_model
 from fairseq.models.nat.nonautoregressive_transformer import NATransformerModel
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
 
-from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
+from .glancing import (Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask,
+                       predicted_tokens)
 from .upsampling import UpsampledStudent, collapse_repeats, upsampled_inputs
 
 
@@ -101,7 +102,7 @@ def ctc_alignment_accuracy(log_probs, input_lengths, targets, target_lengths, bl
     ``compute_acc``; 0 where no alignment fits the target (the evaluator cannot produce it at all)."""
     aligned, score = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, blank)
     positions = torch.arange(log_probs.size(1), device=log_probs.device)[None, :] < input_lengths[:, None]
-    agree = (log_probs.argmax(-1).eq(aligned) & positions).sum(1)
+    agree = (predicted_tokens(log_probs).eq(aligned) & positions).sum(1)
     return torch.where(torch.isfinite(score), agree / input_lengths.clamp(min=1), 0.0)
 
 
@@ -250,7 +251,7 @@ class CTCNATModel(UpsampledStudent, Glancing, NATransformerModel):
                     self.decoder(normalize=False, prev_output_tokens=inputs, encoder_out=encoder_out).float(), -1)
             aligned, score = ctc_best_alignment(log_probs, input_lengths, targets, target_lengths, self.bos)
             candidates = inputs.ne(self.pad) & torch.isfinite(score).unsqueeze(1)
-            hamming = (log_probs.argmax(-1).ne(aligned) & candidates).sum(1)
+            hamming = (predicted_tokens(log_probs).ne(aligned) & candidates).sum(1)
             revealed = glancing_mask(candidates, glance_count(hamming, ratio))
             self.log_glancing(ratio, revealed, candidates)
             return revealed, aligned

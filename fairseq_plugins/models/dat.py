@@ -23,7 +23,8 @@ from fairseq.models.nat import FairseqNATModel
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
 from torch import nn
 
-from .glancing import Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask
+from .glancing import (Glancing, GlancingDecoder, add_glancing_args, glance_count, glancing_defaults, glancing_mask,
+                       predicted_tokens)
 from .upsampling import UpsampledStudent, collapse_repeats, upsampled_inputs
 
 # A finite log(0) for forbidden links and unreachable cells: -inf would turn into NaN in the sums and
@@ -280,7 +281,7 @@ class DATransformerModel(UpsampledStudent, Glancing, FairseqNATModel):
                 token_log_probs, links = first or self.decoder.forward_graph(encoder_out, vertices)
                 path = dag_best_path(target_emissions(token_log_probs, tgt_tokens), links, target_lengths, lengths)
                 vertices, revealed = glance_vertices(vertices, path, tgt_tokens, target_lengths,
-                                                     token_log_probs.argmax(-1), ratio)
+                                                     predicted_tokens(token_log_probs), ratio)
             self.log_glancing(ratio, revealed, tgt_tokens.ne(self.pad))
             glanced = (path, revealed)
         return self._nll(self.decoder.forward_graph(encoder_out, vertices), tgt_tokens, lengths, glanced)

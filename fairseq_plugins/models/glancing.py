@@ -42,6 +42,14 @@ def glance_count(hamming: torch.LongTensor, ratio: float, round_half_up: bool = 
     return torch.floor(hamming.to(torch.float64) * ratio + (0.5 if round_half_up else 0.0)).long()
 
 
+def predicted_tokens(scores: torch.Tensor) -> torch.LongTensor:
+    """The first pass's token at each position: the index of the best score over the vocabulary (the last
+    dimension), the first one on a tie, as ``argmax``. ``max(-1).indices`` rather than ``argmax(-1)``: on a CPU
+    torch's argmax over the last dimension is the slower of the two by about half (docs/results/students,
+    "Where their time goes")."""
+    return scores.max(-1).indices
+
+
 def glancing_mask(candidates: torch.BoolTensor, num_glance: torch.LongTensor,
                   generator: torch.Generator = None) -> torch.BoolTensor:
     """Reveal exactly ``min(num_glance[b], candidates[b].sum())`` positions of row b, uniformly among its candidates.

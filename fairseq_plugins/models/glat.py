@@ -12,7 +12,7 @@ from fairseq.models.nat.nonautoregressive_transformer import NATransformerModel
 from fairseq.models.nat.nonautoregressive_transformer import base_architecture as nat_base_architecture
 
 from .glancing import (Glancing, GlancingDecoder, add_glancing_args, build_nat_decoder,
-                       glance_count, glancing_defaults, glancing_mask)
+                       glance_count, glancing_defaults, glancing_mask, predicted_tokens)
 
 
 @register_model("glat")
@@ -54,8 +54,8 @@ class GLATModel(Glancing, NATransformerModel):
         if ratio <= 0:
             return torch.zeros_like(candidates)
         with torch.no_grad():
-            predicted = self.decoder(normalize=False, prev_output_tokens=prev_output_tokens,
-                                     encoder_out=encoder_out).argmax(-1)
+            predicted = predicted_tokens(self.decoder(normalize=False, prev_output_tokens=prev_output_tokens,
+                                                      encoder_out=encoder_out))
         hamming = (predicted.ne(tgt_tokens) & candidates).sum(1)
         revealed = glancing_mask(candidates, glance_count(hamming, ratio))
         self.log_glancing(ratio, revealed, candidates)
