@@ -938,9 +938,10 @@ def test_a_stored_file_that_does_not_match_its_record_is_refused_in_one_line(tmp
 
 def test_hours_starts_only_the_steps_whose_estimate_from_records_of_their_kind_and_shape_fits(tmp_path):
     """--hours: a training's estimate is the seconds an update of finished trainings of the same architecture,
-    shape and batch (3.6 s here, from a committed record), times the updates its budget has left (a begun
+    shape and batch (3.6 s here, from committed records), times the updates its budget has left (a begun
     curve counts what it trained, at its last timed chunk's rate where it has one); a step with no such record
-    has none; neither of those two starts, nor one whose own rate makes it too long."""
+    has none; neither of those two starts, nor one whose own rate makes it too long. A record whose run only
+    evaluated a training finished before (15 s of wall time) goes by its curve's training time."""
     from nat_kd.engine.estimate import hours
 
     shape = {"layers": 2, "embed_dim": 128}
@@ -951,7 +952,12 @@ def test_hours_starts_only_the_steps_whose_estimate_from_records_of_their_kind_a
 
     committed = {"student.old": {"name": "student.old", "kind": "train", "settings": settings(1000), "deps": [],
                                  "digest": "d", "fingerprint": "f", "wall_seconds": 3600.0, "threads": 1,
-                                 "result": {"updates_trained": 1000, "outputs": []}}}
+                                 "result": {"updates_trained": 1000, "outputs": []}},
+                 "student.resumed": {"name": "student.resumed", "kind": "train", "settings": settings(1000),
+                                     "deps": [], "digest": "d2", "fingerprint": "f2", "wall_seconds": 15.0,
+                                     "threads": 1, "result": {"updates_trained": 1000, "outputs": [], "curve": [
+                                         {"updates": 500, "valid_bleu": 1.0, "train_seconds": 1700.0},
+                                         {"updates": 1000, "valid_bleu": 2.0, "train_seconds": 1900.0}]}}}
     (tmp_path / "results.json").write_text(json.dumps({"steps": committed}))
     calls = []
 
