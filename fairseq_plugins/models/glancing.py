@@ -45,8 +45,8 @@ def glance_count(hamming: torch.LongTensor, ratio: float, round_half_up: bool = 
 def predicted_tokens(scores: torch.Tensor) -> torch.LongTensor:
     """The first pass's token at each position: the index of the best score over the vocabulary (the last
     dimension), the first one on a tie, as ``argmax``. ``max(-1).indices`` rather than ``argmax(-1)``: on a CPU
-    torch's argmax over the last dimension is the slower of the two by about half (docs/results/students,
-    "Where their time goes")."""
+    torch's argmax over the last dimension takes about twice as long (docs/results/students, "Where their time
+    goes")."""
     return scores.max(-1).indices
 
 

@@ -3,8 +3,9 @@ the same kind and shape: the study's own, its store's and those of the committed
 
 A training's rate is its seconds an update (its validation and test decoding included), times the updates
 its budget has left; where its record's wall time is shorter than its learning curve's training time (the run
-that wrote the record only evaluated a training an earlier run had finished), the curve's time; a distilled set's, seconds a sentence times the training pairs; any other step's, the
-wall time of the step of the same name. Records taken with the same torch threads are preferred; a step with
+that wrote the record only evaluated a training an earlier run had finished), the curve's time. A distilled
+set's, seconds a sentence times the training pairs; any other step's, the wall time of the step of the same
+name. Records taken with the same torch threads are preferred; a step with
 no such record has no estimate. A begun training whose learning curve timed its last chunk goes by that
 chunk's seconds an update instead: measured on this machine, where the records may come from faster ones.
 """
